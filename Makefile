@@ -1,0 +1,41 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+# Any variable set in the environment wins over the defaults here.
+PYTHON ?= python3
+HOST ?= 127.0.0.1
+PORT ?= 8000
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install run serve migrate seed test lint clean
+
+# The virtualenv is rebuilt when the dependencies in setup.cfg change.
+$(BIN)/.installed: setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+migrate: install
+	$(BIN)/python -m models.migrations
+
+seed: migrate
+	$(BIN)/python -m models.seed
+
+run: seed serve
+
+serve: install
+	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
+	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/openapi-spec-validator spec/openapi.yaml
+
+clean:
+	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,54 @@
+"""The product catalogue."""
+
+from models import Product
+from shopapi.pagination import page_of
+from shopapi.responses import created
+
+
+def represent(product: Product) -> dict:
+    return {
+        "id": product.id,
+        "sku": product.sku,
+        "name": product.name,
+        "description": product.description,
+        "price_cents": product.price_cents,
+        "currency": product.currency,
+        "stock": product.stock,
+        "category": product.category,
+        "active": product.active,
+        "created_at": product.created_at,
+        "updated_at": product.updated_at,
+    }
+
+
+def list_products(page, per_page):
+    return page_of(Product.select().order_by(Product.id), represent, page=page, per_page=per_page)
+
+
+def create_product(body):
+    product = Product()
+    product.replace(body)
+    product.save()
+    return created(represent(product), product.id)
+
+
+def get_product(id):
+    return represent(Product.get_by_id(id))
+
+
+def replace_product(id, body):
+    product = Product.get_by_id(id)
+    product.replace(body)
+    product.save()
+    return represent(product)
+
+
+def update_product(id, body):
+    product = Product.get_by_id(id)
+    product.assign(body)
+    product.save()
+    return represent(product)
+
+
+def delete_product(id):
+    Product.get_by_id(id).delete_unreferenced()

@@ -1,0 +1,38 @@
+"""The base model: bound to the app's database, with creation and change times."""
+
+import peewee
+
+from models.db import database
+from models.fields import UTCDateTimeField, utc_now
+
+
+class BaseModel(peewee.Model):
+    created_at = UTCDateTimeField(default=utc_now)
+    updated_at = UTCDateTimeField(default=utc_now)
+
+    # The fields a client may set, in the order a representation lists them.
+    writable: tuple[str, ...] = ()
+
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+    def save(self, *args, **kwargs):
+        if self._pk is not None:
+            self.updated_at = utc_now()
+        return super().save(*args, **kwargs)
+
+    def assign(self, changes: dict) -> None:
+        """Set the writable fields named in `changes` (a merge patch: absent fields stay)."""
+        for name in self.writable:
+            if name in changes:
+                setattr(self, name, changes[name])
+
+    def replace(self, fields: dict) -> None:
+        """Set every writable field: from `fields`, else the field's default (a PUT)."""
+        for name in self.writable:
+            if name in fields:
+                setattr(self, name, fields[name])
+            else:
+                field = self._meta.fields[name]
+                setattr(self, name, field.default() if callable(field.default) else field.default)

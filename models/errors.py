@@ -1,0 +1,22 @@
+"""What the domain refuses, in its own words; the web layer decides what status each gets."""
+
+
+class Conflict(Exception):
+    """The change conflicts with the current state of the data."""
+
+
+class OutOfStock(Conflict):
+    pass
+
+
+class TransitionNotAllowed(Conflict):
+    pass
+
+
+class InvalidReference(ValueError):
+    """The request names something that does not exist or cannot be used."""
+
+    def __init__(self, pointer: str, detail: str):
+        super().__init__(detail)
+        self.pointer = pointer
+        self.detail = detail

@@ -1,0 +1,111 @@
+import peewee
+
+from models.base import BaseModel
+from models.db import database
+from models.errors import Conflict, InvalidReference, TransitionNotAllowed
+from models.fields import utc_now
+from models.product import Product
+from models.user import User
+
+# Which states each state may move to. Leaving `pending` or `paid` for `cancelled` gives the
+# stock back; every other change keeps it taken.
+TRANSITIONS = {
+    "pending": {"paid", "cancelled"},
+    "paid": {"shipped", "cancelled"},
+    "shipped": {"delivered"},
+    "delivered": set(),
+    "cancelled": set(),
+}
+DELETABLE = {"cancelled", "delivered"}
+
+
+class Order(BaseModel):
+    user = peewee.ForeignKeyField(User, backref="orders", on_delete="RESTRICT")
+    status = peewee.CharField(max_length=16, default="pending")
+    total_cents = peewee.BigIntegerField()
+    currency = peewee.CharField(max_length=3)
+    note = peewee.TextField(null=True)
+
+    writable = ("status", "note")
+
+    @classmethod
+    def place(cls, user_id: int, items: list[dict], note: str | None = None) -> "Order":
+        """Create a pending order, taking the stock of every item, all or nothing."""
+        with database.atomic():
+            if not User.select().where(User.id == user_id).exists():
+                raise InvalidReference("/user_id", f"There is no user {user_id}.")
+            wanted = [item["product_id"] for item in items]
+            products = {p.id: p for p in Product.select().where(Product.id.in_(wanted))}
+            for index, item in enumerate(items):
+                product = products.get(item["product_id"])
+                where = f"/items/{index}/product_id"
+                if product is None:
+                    raise InvalidReference(where, f"There is no product {item['product_id']}.")
+                if not product.active:
+                    raise InvalidReference(where, f"Product {product.id} is not for sale.")
+            currencies = {p.currency for p in products.values()}
+            if len(currencies) > 1:
+                raise InvalidReference("/items", "All items of an order must share one currency.")
+            # Lock rows in one global order (by product id) so two orders for the same
+            # products cannot deadlock each other.
+            for item in sorted(items, key=lambda item: item["product_id"]):
+                Product.take_stock(item["product_id"], item["quantity"])
+            total = sum(products[i["product_id"]].price_cents * i["quantity"] for i in items)
+            order = cls.create(
+                user=user_id,
+                total_cents=total,
+                currency=currencies.pop(),
+                note=note,
+            )
+            OrderItem.insert_many(
+                [
+                    {
+                        "order": order.id,
+                        "product": item["product_id"],
+                        "quantity": item["quantity"],
+                        "unit_price_cents": products[item["product_id"]].price_cents,
+                    }
+                    for item in items
+                ]
+            ).execute()
+        return order
+
+    def change(self, changes: dict) -> None:
+        """Apply a change of `status` (a state transition) and/or `note`."""
+        with database.atomic():
+            if "status" in changes and changes["status"] != self.status:
+                self._move_to(changes["status"])
+            self.assign(changes)
+            self.save()
+
+    def _move_to(self, new_status: str) -> None:
+        if new_status not in TRANSITIONS[self.status]:
+            raise TransitionNotAllowed(f"An order cannot go from {self.status} to {new_status}.")
+        # Compare-and-set: of two concurrent requests moving the same order, one wins and the
+        # other sees a conflict, so stock is never given back twice.
+        moved = (
+            Order.update(status=new_status, updated_at=utc_now())
+            .where((Order.id == self.id) & (Order.status == self.status))
+            .execute()
+        )
+        if not moved:
+            raise Conflict("The order was changed by another request; read it again.")
+        if new_status == "cancelled":
+            for item in self.items:
+                Product.return_stock(item.product_id, item.quantity)
+
+    def delete_finished(self) -> None:
+        if self.status not in DELETABLE:
+            raise Conflict(f"A {self.status} order cannot be deleted; cancel it first.")
+        self.delete_instance(recursive=True)
+
+
+class OrderItem(peewee.Model):
+    order = peewee.ForeignKeyField(Order, backref="items", on_delete="CASCADE")
+    product = peewee.ForeignKeyField(Product, backref="order_items", on_delete="RESTRICT")
+    quantity = peewee.IntegerField()
+    unit_price_cents = peewee.BigIntegerField()
+
+    class Meta:
+        database = database
+        legacy_table_names = False

@@ -1,0 +1,51 @@
+import peewee
+
+from models.base import BaseModel
+from models.errors import Conflict, OutOfStock
+from models.fields import utc_now
+
+
+class Product(BaseModel):
+    sku = peewee.CharField(max_length=32, unique=True)
+    name = peewee.CharField(max_length=200)
+    description = peewee.TextField(null=True)
+    price_cents = peewee.BigIntegerField()
+    currency = peewee.CharField(max_length=3, default="EUR")
+    stock = peewee.IntegerField(default=0)
+    category = peewee.CharField(max_length=100, null=True)
+    active = peewee.BooleanField(default=True)
+
+    writable = (
+        "sku",
+        "name",
+        "description",
+        "price_cents",
+        "currency",
+        "stock",
+        "category",
+        "active",
+    )
+
+    @classmethod
+    def take_stock(cls, product_id: int, quantity: int) -> None:
+        """Decrement stock only if enough is left, in one statement: the row lock the UPDATE
+        takes makes concurrent orders queue, so stock is never oversold."""
+        taken = (
+            cls.update(stock=cls.stock - quantity, updated_at=utc_now())
+            .where((cls.id == product_id) & (cls.stock >= quantity))
+            .execute()
+        )
+        if not taken:
+            raise OutOfStock(f"product {product_id} has fewer than {quantity} in stock")
+
+    @classmethod
+    def return_stock(cls, product_id: int, quantity: int) -> None:
+        returned = cls.update(stock=cls.stock + quantity, updated_at=utc_now())
+        returned.where(cls.id == product_id).execute()
+
+    def delete_unreferenced(self) -> None:
+        # Orders keep their items' products: a product that was ever ordered stays (it can be
+        # deactivated instead).
+        if self.order_items.exists():
+            raise Conflict(f"Product {self.id} is part of orders; set active to false instead.")
+        self.delete_instance()

@@ -1,0 +1,1 @@
+"""The cross-cutting parts of the service, one module each; `app.create_app` wires them."""

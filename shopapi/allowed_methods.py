@@ -1,0 +1,28 @@
+"""Which methods each path of the contract allows, for the `Allow` header of a 405.
+
+Connexion routes every (path, method) as its own Starlette route, so a 405 carries the methods of
+whichever single route matched first (`Allow: GET, HEAD` on a path that also takes POST). RFC 9110
+§15.5.6 asks for all of them.
+"""
+
+import re
+
+_HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+class AllowedMethods:
+    def __init__(self, spec: dict):
+        base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
+        self._paths = []
+        for template, item in spec["paths"].items():
+            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(base + template))
+            methods = {m.upper() for m in item if m in _HTTP_METHODS}
+            if "GET" in methods:
+                methods.add("HEAD")
+            self._paths.append((re.compile(pattern), ", ".join(sorted(methods))))
+
+    def header_for(self, path: str) -> str | None:
+        for pattern, allow in self._paths:
+            if pattern.fullmatch(path):
+                return allow
+        return None

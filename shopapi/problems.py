@@ -1,0 +1,163 @@
+"""Every error answers RFC 9457 `application/problem+json` carrying the request's id.
+
+Errors come from three layers: Connexion's middleware (routing, validation), the handlers (the
+domain's exceptions, Peewee's), and anything unforeseen. All of them end here, registered on the
+Connexion app so that responses Flask never sees are covered too.
+"""
+
+import http
+import json
+import logging
+import re
+
+import peewee
+from connexion.exceptions import ProblemException
+from connexion.lifecycle import ConnexionRequest, ConnexionResponse
+from starlette.exceptions import HTTPException
+
+from models.errors import Conflict, InvalidReference
+from shopapi.allowed_methods import AllowedMethods
+from shopapi.request_id import request_id_of
+
+log = logging.getLogger("shopapi.errors")
+
+# Seconds a client should wait before retrying while the database is unavailable.
+DATABASE_RETRY_AFTER = 5
+
+
+class ValidationProblem(ProblemException):
+    """A 400 that lists each bad parameter or body field in `errors`."""
+
+    def __init__(self, errors: list[dict], detail: str | None = None):
+        super().__init__(
+            status=400,
+            title="Bad Request",
+            detail=detail or "; ".join(_describe(error) for error in errors),
+            ext={"errors": errors},
+        )
+
+
+def _describe(error: dict) -> str:
+    where = error.get("parameter") or error.get("pointer") or "body"
+    return f"{where}: {error['detail']}"
+
+
+def problem(
+    request: ConnexionRequest,
+    status: int,
+    detail: str | None = None,
+    *,
+    title: str | None = None,
+    type: str | None = None,
+    headers: dict | None = None,
+    extensions: dict | None = None,
+) -> ConnexionResponse:
+    phrase = http.HTTPStatus(status).phrase
+    body = {
+        "type": type or "about:blank",
+        "title": title or phrase,
+        "status": status,
+        "detail": detail or phrase,
+        "instance": request.url.path,
+        "request_id": request_id_of(request.scope),
+        **(extensions or {}),
+    }
+    return ConnexionResponse(
+        status_code=status,
+        mimetype="application/problem+json",
+        content_type="application/problem+json",
+        # ASCII escapes keep any odd character a client sent (lone surrogates included) encodable.
+        body=json.dumps(body, ensure_ascii=True),
+        headers=headers or {},
+    )
+
+
+def _from_problem_exception(request, exc: ProblemException):
+    return problem(
+        request,
+        exc.status,
+        exc.detail,
+        title=exc.title,
+        type=exc.type,
+        headers=exc.headers,
+        extensions=exc.ext,
+    )
+
+
+def _from_http_exception_with(allowed_methods: AllowedMethods):
+    def _from_http_exception(request, exc: HTTPException):
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods.header_for(request.url.path) or headers["Allow"]
+        return problem(request, exc.status_code, exc.detail, headers=headers)
+
+    return _from_http_exception
+
+
+def _not_found(request, exc: peewee.DoesNotExist):
+    thing = type(exc).__name__.removesuffix("DoesNotExist").lower() or "resource"
+    return problem(request, 404, f"There is no {thing} with this id.")
+
+
+def _conflict(request, exc: Conflict):
+    return problem(request, 409, str(exc))
+
+
+def _invalid_reference(request, exc: InvalidReference):
+    errors = [{"pointer": exc.pointer, "detail": exc.detail}]
+    return problem(request, 400, exc.detail, extensions={"errors": errors})
+
+
+def _integrity_error(request, exc: peewee.IntegrityError):
+    # Reached only when a constraint catches what the handler could not check first without a
+    # race: a unique value taken by a concurrent request, a row referenced meanwhile.
+    message = str(exc)
+    if "UNIQUE" in message or "duplicate key" in message:
+        # SQLite says "UNIQUE constraint failed: product.sku", PostgreSQL "Key (sku)=(...)".
+        field = re.search(r"Key \((\w+)\)|failed: \w+\.(\w+)", message)
+        name = next((g for g in field.groups() if g), None) if field else None
+        detail = (
+            f"Another resource already has this {name}."
+            if name
+            else ("Another resource already has this unique value.")
+        )
+        return problem(request, 409, detail)
+    return problem(request, 409, "The change conflicts with related resources.")
+
+
+def _data_error(request, exc: peewee.DataError):
+    return problem(request, 400, "A value is out of the range the database can store.")
+
+
+def _database_unavailable(request, exc: Exception):
+    log.warning("database unavailable: %s", exc)
+    return problem(
+        request,
+        503,
+        "The database is unavailable; try again shortly.",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+    )
+
+
+def _unicode_error(request, exc: UnicodeDecodeError):
+    return problem(request, 400, "The request is not valid UTF-8.")
+
+
+def _unexpected(request, exc: Exception):
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem(request, 500, "An unexpected error occurred; it has been logged.")
+
+
+def register(app, spec: dict) -> None:
+    """Install the problem handlers on a Connexion app serving `spec`."""
+    app.add_error_handler(ProblemException, _from_problem_exception)
+    app.add_error_handler(HTTPException, _from_http_exception_with(AllowedMethods(spec)))
+    app.add_error_handler(peewee.DoesNotExist, _not_found)
+    app.add_error_handler(Conflict, _conflict)
+    app.add_error_handler(InvalidReference, _invalid_reference)
+    app.add_error_handler(peewee.IntegrityError, _integrity_error)
+    app.add_error_handler(peewee.DataError, _data_error)
+    app.add_error_handler(peewee.OperationalError, _database_unavailable)
+    app.add_error_handler(peewee.InterfaceError, _database_unavailable)
+    app.add_error_handler(UnicodeDecodeError, _unicode_error)
+    app.add_error_handler(Exception, _unexpected)

@@ -1,0 +1,134 @@
+"""Request validation that names every bad parameter and body field.
+
+Connexion's validators stop at the first error and report it as free text; these collect all of
+them into `errors` (a parameter name, or a JSON pointer into the body). They also apply what
+Connexion leaves out: OpenAPI's `readOnly` (a read-only field in a request body is refused), a
+body that is not UTF-8 (400, not 500: connexion#1860), and text a database cannot store (NUL,
+lone surrogates).
+"""
+
+import json
+
+from connexion.datastructures import MediaTypeDict
+from connexion.exceptions import BadRequestProblem
+from connexion.json_schema import Draft4RequestValidator
+from connexion.validators import VALIDATOR_MAP, JSONRequestBodyValidator
+from connexion.validators import ParameterValidator as ConnexionParameterValidator
+from jsonschema import Draft4Validator, ValidationError
+from jsonschema.validators import extend
+
+from shopapi.problems import ValidationProblem
+
+
+def _refuse_read_only(validator, read_only, instance, schema):
+    if read_only:
+        yield ValidationError("is read-only and cannot be sent")
+
+
+_BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only})
+
+
+def pointer(path) -> str:
+    """A JSON pointer (RFC 6901) for a path of keys and indexes."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def text_problem(text: str) -> str | None:
+    """Why a database cannot store `text`, or None when it can."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must not contain unpaired surrogates"
+    return None
+
+
+def _text_errors(instance, path=()):
+    if isinstance(instance, str):
+        problem = text_problem(instance)
+        if problem:
+            yield {"pointer": pointer(path), "detail": problem}
+    elif isinstance(instance, dict):
+        for key, value in instance.items():
+            problem = text_problem(key)
+            if problem:
+                yield {"pointer": pointer(path), "detail": f"a property name {problem}"}
+            else:
+                yield from _text_errors(value, (*path, key))
+    elif isinstance(instance, list):
+        for index, value in enumerate(instance):
+            yield from _text_errors(value, (*path, index))
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+class RequestBodyValidator(JSONRequestBodyValidator):
+    @property
+    def _validator(self):
+        return _BodySchemaValidator(self._schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+
+    async def _parse(self, stream, scope):
+        raw = b"".join([message async for message in stream])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadRequestProblem(
+                f"The request body is not valid UTF-8 ({error.reason})."
+            ) from None
+        if not text:
+            return None
+        try:
+            return json.loads(text, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError) as error:
+            # ValueError covers malformed JSON, NaN/Infinity and integers past Python's digit
+            # limit; RecursionError a pathologically deep nesting.
+            raise BadRequestProblem(f"The request body is not valid JSON: {error}") from None
+
+    def _validate(self, body):
+        if body is None and not self._nullable:
+            raise BadRequestProblem("The request body must not be empty.")
+        errors = list(_text_errors(body))
+        for error in sorted(self._validator.iter_errors(body), key=lambda e: list(e.path)):
+            errors.append({"pointer": pointer(error.path), "detail": error.message})
+        if errors:
+            raise ValidationProblem(errors)
+        return body
+
+
+class ParameterValidator(ConnexionParameterValidator):
+    @staticmethod
+    def validate_parameter(parameter_type, value, param, param_name=None):
+        error = ConnexionParameterValidator.validate_parameter(
+            parameter_type, value, param, param_name
+        )
+        if error is None:
+            return None
+        # Connexion returns str(ValidationError): the message plus the whole schema. Keep the
+        # first line, which is the message.
+        return error.splitlines()[0]
+
+    def validate_request(self, request):
+        errors = []
+        if self.strict_validation:
+            for name in sorted(
+                self.validate_query_parameter_list(request, self.security_query_params)
+            ):
+                errors.append({"parameter": name, "detail": "is not a parameter of this operation"})
+        for location in ("path", "query", "header", "cookie"):
+            check = getattr(self, f"validate_{location}_parameter")
+            for param in self.parameters.get(location, []):
+                error = check(param, request)
+                if error:
+                    errors.append({"parameter": param["name"], "detail": error})
+        if errors:
+            raise ValidationProblem(errors)
+
+
+validator_map = {
+    **VALIDATOR_MAP,
+    "parameter": ParameterValidator,
+    "body": MediaTypeDict({**VALIDATOR_MAP["body"], "*/*json": RequestBodyValidator}),
+}
