@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         strict_validation=True,
         validate_responses=settings.validate_responses,
     )
-    app.app.teardown_request(lambda error: close_connection())
+    app.app.teardown_request(close_connection)
 
     app.add_middleware(
         BodyLimitMiddleware,

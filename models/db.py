@@ -49,7 +49,17 @@ def is_postgresql() -> bool:
     return isinstance(database.obj, peewee.PostgresqlDatabase)
 
 
-def close_connection() -> None:
-    """End this thread's connection (returning it to the pool), if a request opened one."""
-    if database.obj is not None and not database.is_closed():
+def close_connection(error: BaseException | None = None) -> None:
+    """End this thread's connection (returning it to the pool), if a request opened one.
+
+    After a lost connection the idle pooled connections are dropped too: they were opened before
+    the outage and each would fail one more request before the pool noticed.
+    """
+    if database.obj is None:
+        return
+    if not database.is_closed():
         database.close()
+    if isinstance(error, peewee.OperationalError | peewee.InterfaceError) and hasattr(
+        database.obj, "close_idle"
+    ):
+        database.close_idle()

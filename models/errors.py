@@ -14,7 +14,7 @@ class TransitionNotAllowed(Conflict):
 
 
 class InvalidReference(ValueError):
-    """The request names something that does not exist or cannot be used."""
+    """A change names something that does not exist or cannot be used (an unknown product)."""
 
     def __init__(self, pointer: str, detail: str):
         super().__init__(detail)

@@ -105,7 +105,7 @@ def _conflict(request, exc: Conflict):
 
 def _invalid_reference(request, exc: InvalidReference):
     errors = [{"pointer": exc.pointer, "detail": exc.detail}]
-    return problem(request, 400, exc.detail, extensions={"errors": errors})
+    return problem(request, 422, exc.detail, extensions={"errors": errors})
 
 
 def _integrity_error(request, exc: peewee.IntegrityError):

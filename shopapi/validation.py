@@ -3,8 +3,8 @@
 Connexion's validators stop at the first error and report it as free text; these collect all of
 them into `errors` (a parameter name, or a JSON pointer into the body). They also apply what
 Connexion leaves out: OpenAPI's `readOnly` (a read-only field in a request body is refused), a
-body that is not UTF-8 (400, not 500: connexion#1860), and text a database cannot store (NUL,
-lone surrogates).
+body that is not UTF-8 (400, not 500: connexion#1860), and strings that are not Unicode text (a
+lone surrogate escape such as "\ud800" is valid JSON but cannot be stored or encoded).
 """
 
 import json
@@ -34,9 +34,7 @@ def pointer(path) -> str:
 
 
 def text_problem(text: str) -> str | None:
-    """Why a database cannot store `text`, or None when it can."""
-    if "\x00" in text:
-        return "must not contain NUL characters"
+    """Why `text` is not Unicode text, or None when it is."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
