@@ -1,5 +1,9 @@
 """Request bodies are at most `max_bytes`: 413 beyond, whether the size is announced in
-Content-Length or only discovered while a chunked body streams in."""
+Content-Length or only discovered while a chunked body streams in.
+
+A body sent without Content-Length (chunked) is read here, within the limit, and passed on with
+one: Connexion's request validation takes a missing Content-Length for a missing body.
+"""
 
 from connexion.exceptions import ProblemException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,12 +27,27 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            raise PayloadTooLarge(self.max_bytes)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_bytes:
+                raise PayloadTooLarge(self.max_bytes)
+            await self.app(scope, self._limited(receive), send)
+        elif b"transfer-encoding" in headers:
+            body = await self._read_all(self._limited(receive))
+            scope = dict(scope)
+            scope["headers"] = [
+                *((k, v) for k, v in scope["headers"] if k != b"transfer-encoding"),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            await self.app(scope, self._replay(body, receive), send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _limited(self, receive: Receive) -> Receive:
         received = 0
 
-        async def counting_receive() -> Message:
+        async def limited_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
@@ -37,4 +56,29 @@ class BodyLimitMiddleware:
                     raise PayloadTooLarge(self.max_bytes)
             return message
 
-        await self.app(scope, counting_receive, send)
+        return limited_receive
+
+    @staticmethod
+    async def _read_all(receive: Receive) -> bytes:
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    @staticmethod
+    def _replay(body: bytes, receive: Receive) -> Receive:
+        sent = False
+
+        async def replay_receive() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay_receive

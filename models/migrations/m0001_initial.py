@@ -8,7 +8,7 @@ from models.fields import UTCDateTimeField, utc_now
 def up(db: peewee.Database) -> None:
     # Text sorts by code point on both databases: SQLite's default BINARY collation compares
     # UTF-8 bytes, and PostgreSQL's "C" collation does the same.
-    collation = "C" if isinstance(db, peewee.PostgresqlDatabase) else None
+    collation = '"C"' if isinstance(db, peewee.PostgresqlDatabase) else None
 
     def text(max_length=None, **options):
         if max_length is None:

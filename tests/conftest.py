@@ -1,0 +1,79 @@
+"""Every API test runs twice: on SQLite and on PostgreSQL (TEST_DATABASE_URL).
+
+Outside CI an unreachable PostgreSQL skips its half with the reason shown; in CI (CI=true) it
+fails, so a green CI always means both databases were exercised.
+"""
+
+import os
+
+import peewee
+import pytest
+
+from app import create_app
+from models import MODELS
+from models.db import open_database, use
+from models.migrations import migrate
+from shopapi.settings import Settings
+
+POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_unreachable_reason() -> str | None:
+    try:
+        db = open_database(POSTGRES_URL)
+        db.connect()
+        db.close()
+    except peewee.OperationalError as error:
+        return f"PostgreSQL unreachable at {POSTGRES_URL} ({str(error).strip()})"
+    return None
+
+
+def fresh_schema(url: str) -> None:
+    """Drop this project's tables and migrate from nothing."""
+    db = open_database(url)
+    use(db)
+    with db.connection_context():
+        db.drop_tables(MODELS, safe=True, cascade=isinstance(db, peewee.PostgresqlDatabase))
+        db.execute_sql("DROP TABLE IF EXISTS schema_migrations")
+    migrate(db)
+    db.close_all() if hasattr(db, "close_all") else db.close()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request, tmp_path_factory):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('sqlite')}/shopapi.db"
+    else:
+        reason = _postgres_unreachable_reason()
+        if reason:
+            if os.environ.get("CI"):
+                pytest.fail(f"{reason}; CI must test PostgreSQL")
+            pytest.skip(f"{reason}; set TEST_DATABASE_URL to test PostgreSQL")
+        url = POSTGRES_URL
+    fresh_schema(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def served(database_url):
+    """The app for one backend, checking every response against the contract, and the database
+    object it is bound to."""
+    app = create_app(Settings(database_url=database_url, validate_responses=True))
+    from models.db import database
+
+    return app, database.obj
+
+
+@pytest.fixture
+def app(served):
+    app, db = served
+    use(db)  # the other backend's app may have been built since
+    for model in reversed(MODELS):
+        model.truncate_table(restart_identity=True, cascade=True)
+    yield app
+    db.close()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()

@@ -1,0 +1,45 @@
+"""Requests the tests make often, through the API itself."""
+
+import itertools
+
+_serial = itertools.count(1)
+
+
+def create_user(client, **fields):
+    n = next(_serial)
+    body = {"email": f"user{n}@example.com", "name": f"User {n}", "password": "correct horse"}
+    response = client.post("/v1/users", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def create_product(client, **fields):
+    n = next(_serial)
+    body = {"sku": f"SKU-{n:05d}", "name": f"Product {n}", "price_cents": 1000, "stock": 10}
+    response = client.post("/v1/products", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def place_order(client, user, *lines, note=None):
+    """`lines` are (product, quantity) pairs."""
+    body = {
+        "user_id": user["id"],
+        "items": [{"product_id": p["id"], "quantity": q} for p, q in lines],
+    }
+    if note is not None:
+        body["note"] = note
+    return client.post("/v1/orders", json=body)
+
+
+def assert_problem(response, status: int):
+    """The response is an RFC 9457 problem of `status`, carrying the request id."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["type"] == "about:blank"
+    assert body["title"] and body["detail"]
+    assert body["request_id"] == response.headers["x-request-id"]
+    assert "Traceback" not in response.text
+    return body

@@ -1,0 +1,135 @@
+"""Every error a client can cause is a problem+json with the right status, never a 500."""
+
+import pytest
+from helpers import assert_problem, create_product
+
+
+def test_malformed_json_is_400(client):
+    response = client.post(
+        "/v1/products", content=b'{"sku": ', headers={"Content-Type": "application/json"}
+    )
+    assert "not valid JSON" in assert_problem(response, 400)["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\xff\xfe{}", b'{"sku": "\xc3(", "name": "x", "price_cents": 1}'],
+    ids=["bom-like", "broken-sequence"],
+)
+def test_a_body_that_is_not_utf8_is_400(client, body):
+    response = client.post("/v1/products", content=body, headers={"Content-Type": "application/json"})
+    assert "UTF-8" in assert_problem(response, 400)["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"sku": "NAN-1", "name": "x", "price_cents": NaN}',
+        b'{"sku": "BIG-1", "name": "x", "price_cents": 1' + b"0" * 5000 + b"}",
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"sku": "SUR-1", "name": "\\ud800", "price_cents": 1}',
+    ],
+    ids=["nan", "huge-integer", "deep-nesting", "lone-surrogate"],
+)
+def test_json_that_python_parses_oddly_is_400(client, body):
+    response = client.post("/v1/products", content=body, headers={"Content-Type": "application/json"})
+    assert_problem(response, 400)
+
+
+def test_nul_in_text_is_400(client):
+    response = client.post(
+        "/v1/products", json={"sku": "NUL-1", "name": "a\x00b", "price_cents": 1}
+    )
+    assert assert_problem(response, 400)["errors"][0]["pointer"] == "/name"
+
+
+def test_undeclared_and_read_only_fields_are_400_each_named(client):
+    response = client.post(
+        "/v1/products",
+        json={"sku": "X-1", "name": "x", "price_cents": -1, "id": 5, "colour": "red"},
+    )
+    body = assert_problem(response, 400)
+    details = {(e["pointer"], e["detail"]) for e in body["errors"]}
+    assert ("/id", "is read-only and cannot be sent") in details
+    assert ("/price_cents", "-1 is less than the minimum of 0") in details
+    assert any(p == "" and "colour" in d for p, d in details)
+
+
+def test_missing_body_is_400(client):
+    response = client.post("/v1/products", headers={"Content-Type": "application/json"})
+    assert_problem(response, 400)
+
+
+def test_bad_parameters_are_400_each_named(client):
+    body = assert_problem(client.get("/v1/products?page=0&per_page=101&colour=red"), 400)
+    assert {e["parameter"] for e in body["errors"]} == {"page", "per_page", "colour"}
+    assert_problem(client.get("/v1/products/99999999999"), 400)
+
+
+def test_an_id_that_is_not_a_number_names_no_resource(client):
+    assert_problem(client.get("/v1/products/abc"), 404)
+
+
+def test_wrong_media_type_is_415(client):
+    response = client.post("/v1/products", content=b"sku=A", headers={"Content-Type": "text/plain"})
+    assert_problem(response, 415)
+
+
+def test_unknown_path_is_404(client):
+    assert_problem(client.get("/v1/widgets"), 404)
+    assert_problem(client.get("/nowhere"), 404)
+
+
+def test_wrong_method_is_405_listing_every_allowed_method(client):
+    response = client.delete("/v1/products")
+    assert_problem(response, 405)
+    assert response.headers["allow"] == "GET, HEAD, POST"
+    response = client.post("/v1/orders/1")
+    assert_problem(response, 405)
+    assert response.headers["allow"] == "DELETE, GET, HEAD, PATCH, PUT"
+
+
+def test_body_over_one_mebibyte_is_413(client):
+    big = {"sku": "BIG-1", "name": "x", "price_cents": 1, "description": "d" * (1024 * 1024)}
+    body = assert_problem(client.post("/v1/products", json=big), 413)
+    assert "1048576" in body["detail"]
+
+
+def test_chunked_body_over_one_mebibyte_is_413(client):
+    def chunks():
+        yield b'{"sku": "BIG-2", "name": "x", "price_cents": 1, "description": "'
+        for _ in range(17):
+            yield b"d" * 65536
+        yield b'"}'
+
+    response = client.post(
+        "/v1/products", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert_problem(response, 413)
+    assert client.get("/v1/products").json()["meta"]["total"] == 0
+
+
+def test_a_chunked_body_within_the_limit_is_read(client):
+    def chunks():
+        yield b'{"sku": "CHUNK-1", "name": "x", '
+        yield b'"price_cents": 1}'
+
+    response = client.post(
+        "/v1/products", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 201, response.text
+
+
+def test_a_sane_request_id_is_echoed_and_an_insane_one_replaced(client):
+    response = client.get("/v1/products/999", headers={"X-Request-ID": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
+    assert assert_problem(response, 404)["request_id"] == "abc-123"
+    response = client.get("/v1/products", headers={"X-Request-ID": "bad id\twith spaces"})
+    assert response.headers["x-request-id"] != "bad id\twith spaces"
+    assert len(response.headers["x-request-id"]) == 32
+
+
+def test_sql_looking_input_is_only_data(client):
+    product = create_product(client, name="'; DROP TABLE product; --")
+    assert client.get(f"/v1/products/{product['id']}").json()["name"] == product["name"]
+    assert client.get("/v1/products").json()["meta"]["total"] == 1

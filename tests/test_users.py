@@ -1,0 +1,59 @@
+from helpers import assert_problem, create_user
+
+from models import User
+
+
+def test_password_is_hashed_and_never_returned(client):
+    response = client.post(
+        "/v1/users", json={"email": "Ada@Example.com", "name": "Ada", "password": "s3cret-pass"}
+    )
+    assert response.status_code == 201
+    user = response.json()
+    assert "password" not in user and "password_hash" not in user
+    assert user["email"] == "ada@example.com"
+    assert user["role"] == "customer"
+    stored = User.get_by_id(user["id"])
+    assert stored.password_hash.startswith("scrypt$")
+    assert "s3cret-pass" not in stored.password_hash
+    assert stored.check_password("s3cret-pass")
+    assert not stored.check_password("s3cret-pasS")
+
+
+def test_email_is_unique_regardless_of_case(client):
+    create_user(client, email="same@example.com")
+    body = assert_problem(
+        client.post(
+            "/v1/users", json={"email": "SAME@example.com", "name": "B", "password": "12345678"}
+        ),
+        409,
+    )
+    assert "email" in body["detail"]
+
+
+def test_short_password_and_bad_email_are_named(client):
+    body = assert_problem(
+        client.post("/v1/users", json={"email": "nope", "name": "B", "password": "short"}), 400
+    )
+    assert {e["pointer"] for e in body["errors"]} == {"/email", "/password"}
+
+
+def test_user_with_orders_cannot_be_deleted(client):
+    from helpers import create_product, place_order
+
+    user = create_user(client)
+    assert place_order(client, user, (create_product(client), 1)).status_code == 201
+    assert_problem(client.delete(f"/v1/users/{user['id']}"), 409)
+    assert client.get(f"/v1/users/{user['id']}").status_code == 200
+
+
+def test_a_users_orders_are_listed_under_the_user(client):
+    from helpers import create_product, place_order
+
+    ada, bob = create_user(client), create_user(client)
+    product = create_product(client)
+    mine = place_order(client, ada, (product, 1)).json()
+    place_order(client, bob, (product, 1))
+    response = client.get(f"/v1/users/{ada['id']}/orders")
+    assert response.status_code == 200
+    assert [order["id"] for order in response.json()["data"]] == [mine["id"]]
+    assert_problem(client.get("/v1/users/999999/orders"), 404)
