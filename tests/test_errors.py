@@ -17,7 +17,9 @@ def test_malformed_json_is_400(client):
     ids=["bom-like", "broken-sequence"],
 )
 def test_a_body_that_is_not_utf8_is_400(client, body):
-    response = client.post("/v1/products", content=body, headers={"Content-Type": "application/json"})
+    response = client.post(
+        "/v1/products", content=body, headers={"Content-Type": "application/json"}
+    )
     assert "UTF-8" in assert_problem(response, 400)["detail"]
 
 
@@ -32,7 +34,9 @@ def test_a_body_that_is_not_utf8_is_400(client, body):
     ids=["nan", "huge-integer", "deep-nesting", "lone-surrogate"],
 )
 def test_json_that_python_parses_oddly_is_400(client, body):
-    response = client.post("/v1/products", content=body, headers={"Content-Type": "application/json"})
+    response = client.post(
+        "/v1/products", content=body, headers={"Content-Type": "application/json"}
+    )
     assert_problem(response, 400)
 
 
