@@ -14,9 +14,10 @@ from connexion.exceptions import BadRequestProblem
 from connexion.json_schema import Draft4RequestValidator
 from connexion.validators import VALIDATOR_MAP, JSONRequestBodyValidator
 from connexion.validators import ParameterValidator as ConnexionParameterValidator
-from jsonschema import Draft4Validator, ValidationError
+from jsonschema import ValidationError
 from jsonschema.validators import extend
 
+from shopapi.formats import FORMAT_CHECKER
 from shopapi.problems import ValidationProblem
 
 
@@ -66,7 +67,7 @@ def _refuse_constant(name):
 class RequestBodyValidator(JSONRequestBodyValidator):
     @property
     def _validator(self):
-        return _BodySchemaValidator(self._schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+        return _BodySchemaValidator(self._schema, format_checker=FORMAT_CHECKER)
 
     async def _parse(self, stream, scope):
         raw = b"".join([message async for message in stream])
