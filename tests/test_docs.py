@@ -1,0 +1,32 @@
+"""The contract and its docs UI are served by the app itself, with no CDN."""
+
+import re
+
+import yaml
+
+
+def test_the_contract_is_served_as_json_and_yaml(client):
+    as_json = client.get("/v1/openapi.json")
+    as_yaml = client.get("/v1/openapi.yaml")
+    assert as_json.status_code == 200 and as_yaml.status_code == 200
+    contract = as_json.json()
+    assert contract["openapi"].startswith("3.0")
+    assert yaml.safe_load(as_yaml.text)["paths"].keys() == contract["paths"].keys()
+    operations = {
+        op["operationId"]
+        for item in contract["paths"].values()
+        for op in item.values()
+        if isinstance(op, dict) and "operationId" in op
+    }
+    assert len(operations) == 19
+
+
+def test_swagger_ui_loads_every_asset_from_the_app(client):
+    page = client.get("/v1/ui/")
+    assert page.status_code == 200
+    assert "openapi.json" in page.text
+    assert not re.search(r"(?:src|href)=\"(?:https?:)?//", page.text)
+    assets = re.findall(r"(?:src|href)=\"\./([^\"]+)\"", page.text)
+    assert "swagger-ui-bundle.js" in assets
+    for asset in assets:
+        assert client.get(f"/v1/ui/{asset}").status_code == 200, asset

@@ -1,0 +1,36 @@
+import pytest
+
+from shopapi.settings import ConfigurationError, Settings
+
+
+def test_defaults_need_nothing_set():
+    settings = Settings.from_env({})
+    assert settings.database_url == "sqlite:///data/shopapi.db"
+    assert settings.validate_responses is False
+
+
+def test_values_come_from_the_environment():
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://u@db:5432/shop",
+            "VALIDATE_RESPONSES": "true",
+            "DATABASE_POOL_SIZE": "32",
+        }
+    )
+    assert settings.database_url == "postgresql://u@db:5432/shop"
+    assert settings.validate_responses is True
+    assert settings.database_pool_size == 32
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DATABASE_URL", "mysql://x"),
+        ("VALIDATE_RESPONSES", "maybe"),
+        ("DATABASE_POOL_SIZE", "lots"),
+        ("DATABASE_POOL_SIZE", "0"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_variable(name, value):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: value})
