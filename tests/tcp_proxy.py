@@ -24,9 +24,12 @@ class TcpProxy:
 
     def stop(self) -> None:
         """Refuse new connections and cut every open one."""
+        if self._listener is None:
+            return
         # shutdown() wakes the thread blocked in accept(); close() alone would not on Linux.
         self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
+        self._listener = None
         with self._lock:
             for s in self._sockets:
                 with contextlib.suppress(OSError):
