@@ -26,9 +26,7 @@ def list_products(page, per_page):
 
 
 def create_product(body):
-    product = Product()
-    product.replace(body)
-    product.save()
+    product = Product.new(body)
     return created(represent(product), product.id)
 
 

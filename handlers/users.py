@@ -21,9 +21,7 @@ def list_users(page, per_page):
 
 
 def create_user(body):
-    user = User()
-    user.replace(body)
-    user.save()
+    user = User.new(body)
     return created(represent(user), user.id)
 
 

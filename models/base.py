@@ -22,6 +22,14 @@ class BaseModel(peewee.Model):
             self.updated_at = utc_now()
         return super().save(*args, **kwargs)
 
+    @classmethod
+    def new(cls, fields: dict):
+        """Insert a row from writable `fields`; omitted ones take their defaults."""
+        row = cls()
+        row.replace(fields)
+        row.save()
+        return row
+
     def assign(self, changes: dict) -> None:
         """Set the writable fields named in `changes` (a merge patch: absent fields stay)."""
         for name in self.writable:

@@ -55,18 +55,8 @@ def seed() -> bool:
     if User.select().exists():
         return False
     with database.atomic():
-        users = []
-        for fields in USERS:
-            user = User()
-            user.replace(fields)
-            user.save()
-            users.append(user)
-        products = []
-        for fields in PRODUCTS:
-            product = Product()
-            product.replace(fields)
-            product.save()
-            products.append(product)
+        users = [User.new(fields) for fields in USERS]
+        products = [Product.new(fields) for fields in PRODUCTS]
         Order.place(users[1].id, [{"product_id": products[0].id, "quantity": 2}], "Gift wrap")
         placed = Order.place(users[1].id, [{"product_id": products[2].id, "quantity": 1}])
         placed.change({"status": "paid"})
