@@ -37,10 +37,11 @@ class BaseModel(peewee.Model):
                 setattr(self, name, changes[name])
 
     def replace(self, fields: dict) -> None:
-        """Set every writable field: from `fields`, else the field's default (a PUT)."""
+        """Set every writable field: from `fields`, else the field's default (a PUT). A writable
+        attribute that is not a column (a user's password) is only ever set, never reset."""
         for name in self.writable:
             if name in fields:
                 setattr(self, name, fields[name])
-            else:
+            elif name in self._meta.fields:
                 field = self._meta.fields[name]
                 setattr(self, name, field.default() if callable(field.default) else field.default)
