@@ -13,6 +13,7 @@ from models.db import close_connection, open_database, use
 from shopapi import problems
 from shopapi.body_limit import BodyLimitMiddleware
 from shopapi.jsonifier import CompactJsonifier
+from shopapi.list_contract import expand
 from shopapi.request_id import RequestIdMiddleware
 from shopapi.resolver import HandlerResolver
 from shopapi.settings import Settings
@@ -23,7 +24,7 @@ SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
 def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     settings = settings or Settings.from_env()
-    spec = yaml.safe_load((SPEC_DIR / "openapi.yaml").read_text())
+    spec = expand(yaml.safe_load((SPEC_DIR / "openapi.yaml").read_text()))
     use(open_database(settings.database_url, settings.database_pool_size))
 
     app = connexion.FlaskApp(
@@ -39,6 +40,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         validate_responses=settings.validate_responses,
     )
     app.app.teardown_request(close_connection)
+    app.app.config["CURSOR_SECRET"] = settings.cursor_secret
 
     app.add_middleware(
         BodyLimitMiddleware,

@@ -3,7 +3,7 @@
 import peewee
 
 from models import Order, OrderItem, User
-from shopapi.pagination import page_of
+from shopapi.listing import list_response
 from shopapi.responses import created
 
 
@@ -33,15 +33,14 @@ def _with_items(orders):
     return peewee.prefetch(orders, OrderItem.select().order_by(OrderItem.id))
 
 
-def list_orders(page, per_page):
-    orders = Order.select().order_by(Order.id)
-    return page_of(orders, represent, page=page, per_page=per_page, fetch=_with_items)
+def list_orders(**params):
+    return list_response(Order, Order.select(), params, represent, fetch=_with_items)
 
 
-def list_user_orders(id, page, per_page):
+def list_user_orders(id, **params):
     User.get_by_id(id)
-    orders = Order.select().where(Order.user == id).order_by(Order.id)
-    return page_of(orders, represent, page=page, per_page=per_page, fetch=_with_items)
+    orders = Order.select().where(Order.user == id)
+    return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
 def create_order(body):

@@ -1,7 +1,7 @@
 """The product catalogue."""
 
 from models import Product
-from shopapi.pagination import page_of
+from shopapi.listing import list_response
 from shopapi.responses import created
 
 
@@ -21,8 +21,8 @@ def represent(product: Product) -> dict:
     }
 
 
-def list_products(page, per_page):
-    return page_of(Product.select().order_by(Product.id), represent, page=page, per_page=per_page)
+def list_products(**params):
+    return list_response(Product, Product.select(), params, represent)
 
 
 def create_product(body):

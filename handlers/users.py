@@ -1,7 +1,7 @@
 """Users: customers, partners and admins. Passwords go in, never out."""
 
 from models import User
-from shopapi.pagination import page_of
+from shopapi.listing import list_response
 from shopapi.responses import created
 
 
@@ -16,8 +16,8 @@ def represent(user: User) -> dict:
     }
 
 
-def list_users(page, per_page):
-    return page_of(User.select().order_by(User.id), represent, page=page, per_page=per_page)
+def list_users(**params):
+    return list_response(User, User.select(), params, represent)
 
 
 def create_user(body):

@@ -1,8 +1,12 @@
 """The service's configuration: read once from the environment into one typed object."""
 
 import dataclasses
+import logging
 import os
+import secrets
 from collections.abc import Mapping
+
+log = logging.getLogger("shopapi.settings")
 
 
 class ConfigurationError(Exception):
@@ -28,6 +32,12 @@ def _integer(name: str, raw: str, minimum: int, maximum: int) -> int:
     return value
 
 
+def _secret(name: str, raw: str) -> bytes:
+    if len(raw) < 16:
+        raise ConfigurationError(f"{name} must be at least 16 characters long")
+    return raw.encode()
+
+
 def _database_url(name: str, raw: str) -> str:
     if not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigurationError(
@@ -49,6 +59,9 @@ class Settings:
     # smaller pool makes requests wait for a connection or fail under load.
     database_pool_size: int = 10
     max_body_bytes: int = 1024 * 1024
+    # Signs list cursors. Generated when unset, which suits one process: workers that share
+    # clients must share the secret.
+    cursor_secret: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
@@ -64,4 +77,8 @@ class Settings:
             values["database_pool_size"] = _integer(
                 "DATABASE_POOL_SIZE", environ["DATABASE_POOL_SIZE"], 1, 1000
             )
+        if "CURSOR_SECRET" in environ:
+            values["cursor_secret"] = _secret("CURSOR_SECRET", environ["CURSOR_SECRET"])
+        else:
+            log.warning("CURSOR_SECRET is not set: using a generated one (fine for one process)")
         return cls(**values)

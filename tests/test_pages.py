@@ -12,7 +12,13 @@ def test_default_page_is_the_first_twenty_by_id(client, products):
     assert response.status_code == 200
     body = response.json()
     assert [p["id"] for p in body["data"]] == [p["id"] for p in products]
-    assert body["meta"] == {"page": 1, "per_page": 20, "total": 7, "total_pages": 1}
+    assert body["meta"] == {
+        "page": 1,
+        "per_page": 20,
+        "total": 7,
+        "total_pages": 1,
+        "next_cursor": None,
+    }
     assert set(body["links"]) == {"self", "first", "last"}
 
 
@@ -20,7 +26,10 @@ def test_middle_page_links_every_neighbour(client, products):
     response = client.get("/v1/products?page=2&per_page=3")
     body = response.json()
     assert [p["id"] for p in body["data"]] == [p["id"] for p in products[3:6]]
+    cursor = body["meta"].pop("next_cursor")
     assert body["meta"] == {"page": 2, "per_page": 3, "total": 7, "total_pages": 3}
+    after = client.get(f"/v1/products?per_page=3&cursor={cursor}").json()
+    assert after["data"] == client.get("/v1/products?page=3&per_page=3").json()["data"]
     assert body["links"] == {
         "self": "/v1/products?page=2&per_page=3",
         "first": "/v1/products?page=1&per_page=3",
@@ -46,7 +55,13 @@ def test_a_page_past_the_end_is_empty_and_points_back(client, products):
 def test_an_empty_collection_has_one_empty_page(client):
     body = client.get("/v1/users").json()
     assert body["data"] == []
-    assert body["meta"] == {"page": 1, "per_page": 20, "total": 0, "total_pages": 0}
+    assert body["meta"] == {
+        "page": 1,
+        "per_page": 20,
+        "total": 0,
+        "total_pages": 0,
+        "next_cursor": None,
+    }
     assert body["links"]["last"] == "/v1/users?page=1"
 
 

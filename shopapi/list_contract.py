@@ -1,0 +1,153 @@
+"""The list language, written into the contract.
+
+A list operation in spec/openapi.yaml says which resource it lists (`x-list-of: ProductFields`);
+`expand` gives it, before Connexion loads the spec, one query parameter per filter (`sku`,
+`price_cents[gte]`, ...) plus `sort`, `fields` and `cursor`. The served /v1/openapi.json is
+therefore complete — Swagger UI, schemathesis and Connexion's validation all see every filter —
+while the hand-written source stays short. The rules:
+
+- every property a response carries that is a scalar (not write-only, not an array or object)
+  can be filtered and sorted;
+- `name=value` and `name[ne]=value` for every such property (`null` matches a missing value on
+  a nullable one); `[lt] [lte] [gt] [gte]` for numbers, times and free text; `[in]` (a comma list)
+  for all but booleans; `[contains]` for free text.
+"""
+
+import copy
+
+ORDERED = ("lt", "lte", "gt", "gte")
+_MEANING = {
+    "ne": "is not",
+    "lt": "is less than",
+    "lte": "is at most",
+    "gt": "is greater than",
+    "gte": "is at least",
+    "in": "is one of (comma-separated)",
+    "contains": "contains, ignoring the case of ASCII letters,",
+}
+# A value PostgreSQL could not store cannot match anything either; refuse it like in bodies.
+_NO_NUL = "^[^\\x00]*$"
+
+
+def _resolve(schema: dict, schemas: dict) -> dict:
+    while "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
+    """The properties a list shows: every one but the write-only."""
+    properties = {}
+    for name, schema in resource["properties"].items():
+        schema = _resolve(schema, schemas)
+        if not schema.get("writeOnly"):
+            properties[name] = schema
+    return properties
+
+
+def filterable(properties: dict[str, dict]) -> dict[str, dict]:
+    return {n: s for n, s in properties.items() if s.get("type") not in ("array", "object")}
+
+
+def operators_for(schema: dict) -> tuple[str, ...]:
+    kind = schema["type"]
+    if kind == "boolean":
+        return ("eq", "ne")
+    if "enum" in schema:
+        return ("eq", "ne", "in")
+    if kind == "string" and "format" not in schema:
+        return ("eq", "ne", *ORDERED, "in", "contains")
+    return ("eq", "ne", *ORDERED, "in")
+
+
+def _value_schema(schema: dict) -> dict:
+    """What a filter value must be: the property's type, format and enum — not its bounds or
+    pattern, since asking for a value that cannot exist simply matches nothing."""
+    value = {"type": schema["type"]}
+    for keyword in ("format", "enum"):
+        if keyword in schema:
+            value[keyword] = schema[keyword]
+    if value["type"] == "string" and "enum" not in value:
+        value["pattern"] = _NO_NUL
+    if value["type"] == "integer":
+        # What the databases can compare (64-bit), not what the field accepts.
+        value.update(minimum=-(2**63), maximum=2**63 - 1)
+    return value
+
+
+def _filter_parameter(name: str, schema: dict, operator: str) -> dict:
+    value = _value_schema(schema)
+    parameter = {"in": "query", "required": False}
+    if operator == "eq":
+        parameter["name"] = name
+        parameter["description"] = f"Only items whose `{name}` is this value."
+    else:
+        parameter["name"] = f"{name}[{operator}]"
+        parameter["description"] = f"Only items whose `{name}` {_MEANING[operator]} this value."
+    if operator in ("eq", "ne") and schema.get("nullable"):
+        value["nullable"] = True
+        parameter["description"] += " `null` stands for a missing value."
+    if operator == "in":
+        value = {"type": "array", "items": value, "minItems": 1, "maxItems": 100}
+        parameter.update(style="form", explode=False)
+    parameter["schema"] = value
+    return parameter
+
+
+def _names_pattern(names, signed: bool) -> str:
+    choice = "|".join(names)
+    key = f"-?(?:{choice})" if signed else f"(?:{choice})"
+    return f"^{key}(?:,{key})*$"
+
+
+def list_parameters(properties: dict[str, dict]) -> list[dict]:
+    sortable = filterable(properties)
+    parameters = [
+        _filter_parameter(name, schema, operator)
+        for name, schema in sortable.items()
+        for operator in operators_for(schema)
+    ]
+    parameters += [
+        {
+            "name": "sort",
+            "in": "query",
+            "description": (
+                "Sort keys, comma-separated; `-` sorts a key descending. Ascending `id` breaks "
+                "remaining ties. Missing values sort last ascending and first descending; text "
+                "sorts by code point. Default: `id`."
+            ),
+            "schema": {"type": "string", "pattern": _names_pattern(sortable, signed=True)},
+            "example": "-created_at,id",
+        },
+        {
+            "name": "fields",
+            "in": "query",
+            "description": "Only these top-level fields of each item, comma-separated.",
+            "schema": {"type": "string", "pattern": _names_pattern(properties, signed=False)},
+            "example": "id,created_at",
+        },
+        {
+            "name": "cursor",
+            "in": "query",
+            "description": (
+                "Continue after the last item of a previous page: the `meta.next_cursor` it "
+                "returned. Opaque and signed; valid only with the same filters and sort. Not "
+                "together with `page`."
+            ),
+            "schema": {"type": "string", "maxLength": 2048, "pattern": "^[A-Za-z0-9_.-]+$"},
+        },
+    ]
+    return parameters
+
+
+def expand(spec: dict) -> dict:
+    """A copy of `spec` in which every `x-list-of` operation has the list language's parameters."""
+    spec = copy.deepcopy(spec)
+    schemas = spec["components"]["schemas"]
+    for item in spec["paths"].values():
+        for operation in item.values():
+            if isinstance(operation, dict) and "x-list-of" in operation:
+                resource = schemas[operation["x-list-of"]]
+                properties = listed_properties(resource, schemas)
+                operation.setdefault("parameters", []).extend(list_parameters(properties))
+    return spec

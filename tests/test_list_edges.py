@@ -1,0 +1,151 @@
+"""The list language's rules, one example each, and its refusals."""
+
+import pytest
+from helpers import assert_problem, create_product, create_user, place_order
+
+
+def ids(response):
+    assert response.status_code == 200, response.text
+    return [item["id"] for item in response.json()["data"]]
+
+
+def test_ne_includes_missing_values_and_comparisons_never_match_them(client):
+    books = create_product(client, category="books")
+    none = create_product(client, category=None)
+    toys = create_product(client, category="toys")
+    assert ids(client.get("/v1/products?category[ne]=books")) == [none["id"], toys["id"]]
+    assert ids(client.get("/v1/products?category=null")) == [none["id"]]
+    assert ids(client.get("/v1/products?category[ne]=null")) == [books["id"], toys["id"]]
+    assert ids(client.get("/v1/products?category[lt]=zzz")) == [books["id"], toys["id"]]
+
+
+def test_contains_takes_percent_and_underscore_literally_and_folds_ascii_only(client):
+    percent = create_product(client, name="50% off")
+    plain = create_product(client, name="500 off")
+    accented = create_product(client, name="CAFÉ")
+    assert ids(client.get("/v1/products?name[contains]=0%25")) == [percent["id"]]
+    assert ids(client.get("/v1/products?name[contains]=0_")) == []
+    assert ids(client.get("/v1/products?name[contains]=OFF")) == [percent["id"], plain["id"]]
+    assert ids(client.get("/v1/products?name[contains]=caf")) == [accented["id"]]
+    assert ids(client.get("/v1/products?name[contains]=café")) == []
+
+
+def test_text_sorts_by_code_point(client):
+    names = ["b", "B", "a", "é", "Z"]
+    made = {create_product(client, name=n)["name"]: None for n in names}
+    response = client.get("/v1/products?sort=name&fields=name")
+    assert [p["name"] for p in response.json()["data"]] == sorted(made)  # "B" "Z" "a" "b" "é"
+
+
+def test_missing_values_sort_last_ascending_and_first_descending(client):
+    late = create_product(client, category="z")
+    missing = create_product(client, category=None)
+    early = create_product(client, category="a")
+    assert ids(client.get("/v1/products?sort=category")) == [early["id"], late["id"], missing["id"]]
+    assert ids(client.get("/v1/products?sort=-category")) == [
+        missing["id"],
+        late["id"],
+        early["id"],
+    ]
+
+
+def test_filters_combine_and_in_takes_a_typed_list(client):
+    user = create_user(client)
+    product = create_product(client, stock=100)
+    placed = [place_order(client, user, (product, 1)).json() for _ in range(4)]
+    client.patch(f"/v1/orders/{placed[1]['id']}", json={"status": "paid"})
+    client.patch(f"/v1/orders/{placed[2]['id']}", json={"status": "cancelled"})
+    assert ids(client.get("/v1/orders?status[in]=paid,cancelled")) == [
+        placed[1]["id"],
+        placed[2]["id"],
+    ]
+    query = f"/v1/orders?status=pending&id[gt]={placed[0]['id']}&user_id={user['id']}"
+    assert ids(client.get(query)) == [placed[3]["id"]]
+    assert_problem(client.get("/v1/orders?status[in]=paid,lost"), 400)
+
+
+def test_a_cursor_walk_neither_repeats_nor_skips_while_rows_are_added(client):
+    made = [create_product(client, price_cents=p) for p in (5, 1, 3, 1, 4)]
+    first = client.get("/v1/products?sort=price_cents&per_page=2").json()
+    seen = [p["id"] for p in first["data"]]
+    create_product(client, price_cents=0)  # sorts before where the walk is: not seen
+    late = create_product(client, price_cents=9)  # sorts after: seen at the end
+    cursor = first["meta"]["next_cursor"]
+    while cursor:
+        page = client.get(f"/v1/products?sort=price_cents&per_page=2&cursor={cursor}").json()
+        assert "page" not in page["meta"]
+        seen += [p["id"] for p in page["data"]]
+        cursor = page["meta"]["next_cursor"]
+    by_price = sorted(made, key=lambda p: (p["price_cents"], p["id"]))
+    assert seen == [p["id"] for p in by_price] + [late["id"]]
+
+
+def test_cursor_links_lead_on(client):
+    for _ in range(3):
+        create_product(client)
+    first = client.get("/v1/products?per_page=2&sort=-id")
+    cursor = first.json()["meta"]["next_cursor"]
+    second = client.get(f"/v1/products?per_page=2&sort=-id&cursor={cursor}")
+    links = second.json()["links"]
+    assert "next" not in links and second.json()["meta"]["next_cursor"] is None
+    assert links["first"] == "/v1/products?per_page=2&sort=-id"
+
+
+def test_a_tampered_or_foreign_cursor_is_400(client):
+    for _ in range(3):
+        create_product(client, category="x")
+    cursor = client.get("/v1/products?category=x&per_page=1").json()["meta"]["next_cursor"]
+    payload, mac = cursor.split(".")
+    tampered = payload[:-2] + ("A" if payload[-2] != "A" else "B") + payload[-1] + "." + mac
+    for query, why in [
+        (f"category=x&cursor={tampered}", "issued"),
+        ("category=x&cursor=garbage", "issued"),
+        (f"category=y&cursor={cursor}", "other filters"),
+        (f"category=x&sort=name&cursor={cursor}", "other filters"),
+    ]:
+        body = assert_problem(client.get(f"/v1/products?{query}"), 400)
+        assert body["errors"][0]["parameter"] == "cursor"
+        assert why in body["errors"][0]["detail"]
+    assert_problem(client.get(f"/v1/orders?cursor={cursor}"), 400)
+    body = assert_problem(client.get(f"/v1/products?category=x&page=1&cursor={cursor}"), 400)
+    assert body["errors"][0]["parameter"] == "cursor"
+
+
+def test_fields_selects_top_level_fields(client):
+    product = create_product(client)
+    body = client.get("/v1/products?fields=sku,id").json()
+    assert body["data"] == [{"id": product["id"], "sku": product["sku"]}]
+    assert_problem(client.get("/v1/products?fields=id,password"), 400)
+    assert_problem(client.get("/v1/users?fields=password"), 400)
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("colour=red", "colour"),
+        ("price_cents[like]=1", "price_cents[like]"),
+        ("price_cents[gte]=cheap", "price_cents[gte]"),
+        ("active=maybe", "active"),
+        ("created_at[gt]=yesterday", "created_at[gt]"),
+        ("created_at[gt]=2026-01-01T10:00:00", "created_at[gt]"),
+        ("created_at[gt]=2026-02-30T10:00:00Z", "created_at[gt]"),
+        ("active[gt]=true", "active[gt]"),
+        ("sort=colour", "sort"),
+        ("sort=name,", "sort"),
+        ("per_page=500", "per_page"),
+        ("cursor=%00", "cursor"),
+        ("name=a%00b", "name"),
+    ],
+)
+def test_bad_list_parameters_are_400_naming_them(client, query, parameter):
+    body = assert_problem(client.get(f"/v1/products?{query}"), 400)
+    assert parameter in [error["parameter"] for error in body["errors"]]
+
+
+def test_sql_looking_values_are_only_values(client):
+    product = create_product(client, name="x' OR '1'='1")
+    create_product(client, name="other")
+    assert ids(client.get("/v1/products?name=x' OR '1'='1")) == [product["id"]]
+    assert ids(client.get("/v1/products?name[contains]=' OR 1=1 --")) == []
+    assert ids(client.get("/v1/products?sku[in]=a');DROP TABLE product;--")) == []
+    assert client.get("/v1/products").json()["meta"]["total"] == 2
