@@ -6,7 +6,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve migrate seed test lint clean
+.PHONY: install run serve migrate seed test lint bench clean
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -31,6 +31,10 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Needs PostgreSQL (BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/shopapi_bench).
+bench: install
+	$(BIN)/python bench/list_depth.py
 
 lint: install
 	$(BIN)/ruff check .
