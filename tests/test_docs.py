@@ -3,6 +3,7 @@
 import re
 
 import yaml
+from openapi_spec_validator import validate
 
 
 def test_the_contract_is_served_as_json_and_yaml(client):
@@ -19,6 +20,17 @@ def test_the_contract_is_served_as_json_and_yaml(client):
         if isinstance(op, dict) and "operationId" in op
     }
     assert len(operations) == 19
+    validate(contract)  # the served contract, list parameters expanded, is valid OpenAPI 3.0
+
+
+def test_every_filter_is_a_parameter_of_the_served_contract(client):
+    contract = client.get("/v1/openapi.json").json()
+    names = {p["name"] for p in contract["paths"]["/products"]["get"]["parameters"]}
+    assert {"price_cents", "price_cents[gte]", "name[contains]", "category[in]"} <= names
+    assert {"active", "active[ne]", "sort", "fields", "cursor", "page", "per_page"} <= names
+    assert "active[gt]" not in names and "price_cents[contains]" not in names
+    users = {p["name"] for p in contract["paths"]["/users"]["get"]["parameters"]}
+    assert not any(name.startswith("password") for name in users)
 
 
 def test_swagger_ui_loads_every_asset_from_the_app(client):

@@ -34,3 +34,13 @@ def test_values_come_from_the_environment():
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_cursor_secret_comes_from_the_environment_and_must_be_long():
+    assert Settings.from_env({"CURSOR_SECRET": "s" * 32}).cursor_secret == b"s" * 32
+    with pytest.raises(ConfigurationError, match="CURSOR_SECRET"):
+        Settings.from_env({"CURSOR_SECRET": "short"})
+
+
+def test_without_a_cursor_secret_each_process_generates_one():
+    assert Settings.from_env({}).cursor_secret != Settings.from_env({}).cursor_secret
