@@ -137,7 +137,9 @@ class ListRequest:
             raise _bad("cursor", "cannot be combined with page: a cursor already says where")
         self.fields = params["fields"].split(",") if params.get("fields") else None
 
+    @functools.cached_property
     def binding(self) -> str:
+        """What a cursor of this list is valid for: its path, filters and sort."""
         filters = sorted((k, str(v)) for k, v in self.filters.items())
         return cursors.binding_of(flask.request.path, filters, self.sort)
 
@@ -146,7 +148,7 @@ class ListRequest:
 
     def read_position(self, token: str, secret: bytes) -> list:
         try:
-            position = cursors.read(token, self.binding(), secret)
+            position = cursors.read(token, self.binding, secret)
         except cursors.CursorError as error:
             raise _bad("cursor", str(error)) from None
         return [
@@ -206,7 +208,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
             value.isoformat() if isinstance(value, datetime.datetime) else value
             for value in request.position_of(rows[-1])
         ]
-        next_cursor = cursors.issue(position, request.binding(), secret)
+        next_cursor = cursors.issue(position, request.binding, secret)
         if request.cursor is not None:
             links["next"] = _link(cursor=next_cursor)
     meta["next_cursor"] = next_cursor
