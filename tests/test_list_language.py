@@ -163,7 +163,6 @@ def test_lists_match_the_reference(client, rows, chosen, sort_keys, per_page):
     query = {}
     for field, op, value in chosen:
         query[field if op == "eq" else f"{field}[{op}]"] = as_query_value(value)
-    chosen = [c for c in chosen if (c[0] if c[1] == "eq" else f"{c[0]}[{c[1]}]") in query]
     # A repeated filter parameter keeps its last value, as in the query string.
     chosen = list({(f if o == "eq" else f"{f}[{o}]"): (f, o, v) for f, o, v in chosen}.values())
     if sort_keys:
