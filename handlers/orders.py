@@ -1,10 +1,16 @@
-"""Orders: placed against stock, then moved through their states."""
+"""Orders: placed against stock, then moved through their states.
+
+Without the `admin` scope a caller reaches only its own orders (another user's is 404, as if
+absent), places orders only for itself, and may cancel but not pay, ship or deliver.
+"""
 
 import peewee
+from connexion.exceptions import Forbidden
 
 from models import Order, OrderItem, User
 from shopapi.listing import list_response
 from shopapi.responses import created
+from shopapi.security import current_principal
 
 
 def represent(order: Order) -> dict:
@@ -33,36 +39,59 @@ def _with_items(orders):
     return peewee.prefetch(orders, OrderItem.select().order_by(OrderItem.id))
 
 
+def _reachable(id: int) -> Order:
+    order = Order.get_by_id(id)
+    if not current_principal().reaches(order.user_id):
+        raise Order.DoesNotExist
+    return order
+
+
+def _check_status_change(body: dict, order: Order) -> None:
+    status = body.get("status", order.status)
+    if status not in (order.status, "cancelled") and not current_principal().is_admin:
+        raise Forbidden("Only an admin moves an order on; you may cancel it.")
+
+
 def list_orders(**params):
-    return list_response(Order, Order.select(), params, represent, fetch=_with_items)
+    orders = Order.select()
+    principal = current_principal()
+    if not principal.is_admin:
+        orders = orders.where(Order.user == principal.user_id)
+    return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
 def list_user_orders(id, **params):
+    if not current_principal().reaches(id):
+        raise User.DoesNotExist
     User.get_by_id(id)
     orders = Order.select().where(Order.user == id)
     return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
 def create_order(body):
+    if not current_principal().reaches(body["user_id"]):
+        raise Forbidden("You can place orders only for yourself.")
     order = Order.place(body["user_id"], body["items"], body.get("note"))
     return created(represent(order), order.id)
 
 
 def get_order(id):
-    return represent(Order.get_by_id(id))
+    return represent(_reachable(id))
 
 
 def replace_order(id, body):
-    order = Order.get_by_id(id)
+    order = _reachable(id)
+    _check_status_change(body, order)
     order.change({"note": None, **body})
     return represent(order)
 
 
 def update_order(id, body):
-    order = Order.get_by_id(id)
+    order = _reachable(id)
+    _check_status_change(body, order)
     order.change(body)
     return represent(order)
 
 
 def delete_order(id):
-    Order.get_by_id(id).delete_finished()
+    _reachable(id).delete_finished()

@@ -1,8 +1,14 @@
-"""Users: customers, partners and admins. Passwords go in, never out."""
+"""Users: customers, partners and admins. Passwords go in, never out.
+
+Without the `admin` scope a caller reaches only its own record; any other is 404, as if absent.
+"""
+
+from connexion.exceptions import Forbidden
 
 from models import User
 from shopapi.listing import list_response
 from shopapi.responses import created
+from shopapi.security import current_principal
 
 
 def represent(user: User) -> dict:
@@ -16,8 +22,23 @@ def represent(user: User) -> dict:
     }
 
 
+def _reachable(id: int) -> User:
+    if not current_principal().reaches(id):
+        raise User.DoesNotExist
+    return User.get_by_id(id)
+
+
+def _check_role_change(body: dict, user: User) -> None:
+    if body.get("role", user.role) != user.role and not current_principal().is_admin:
+        raise Forbidden("Only an admin sets a user's role.")
+
+
 def list_users(**params):
-    return list_response(User, User.select(), params, represent)
+    users = User.select()
+    principal = current_principal()
+    if not principal.is_admin:
+        users = users.where(User.id == principal.user_id)
+    return list_response(User, users, params, represent)
 
 
 def create_user(body):
@@ -26,22 +47,25 @@ def create_user(body):
 
 
 def get_user(id):
-    return represent(User.get_by_id(id))
+    return represent(_reachable(id))
 
 
 def replace_user(id, body):
-    user = User.get_by_id(id)
-    user.replace(body)
+    user = _reachable(id)
+    _check_role_change(body, user)
+    # The role is the admin's to set: a replacement that leaves it out keeps it.
+    user.replace({"role": user.role, **body})
     user.save()
     return represent(user)
 
 
 def update_user(id, body):
-    user = User.get_by_id(id)
+    user = _reachable(id)
+    _check_role_change(body, user)
     user.assign(body)
     user.save()
     return represent(user)
 
 
 def delete_user(id):
-    User.get_by_id(id).delete_without_orders()
+    _reachable(id).delete_without_orders()

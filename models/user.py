@@ -2,9 +2,25 @@ import peewee
 
 from models.base import BaseModel
 from models.errors import Conflict
-from models.passwords import hash_password, verify_password
+from models.passwords import hash_password, verify_login, verify_password
 
 ROLES = ("customer", "partner", "admin")
+SCOPES = (
+    "users:read",
+    "users:write",
+    "products:read",
+    "products:write",
+    "orders:read",
+    "orders:write",
+    "admin",
+)
+# What each role may be granted. Customers and partners reach only their own user record and
+# orders (see shopapi.security.Principal); partners also keep a catalogue; `admin` reaches all.
+ROLE_SCOPES = {
+    "customer": frozenset(SCOPES) - {"products:write", "admin"},
+    "partner": frozenset(SCOPES) - {"admin"},
+    "admin": frozenset(SCOPES),
+}
 
 
 class User(BaseModel):
@@ -25,6 +41,26 @@ class User(BaseModel):
 
     def check_password(self, plain: str) -> bool:
         return verify_password(plain, self.password_hash)
+
+    @classmethod
+    def authenticate(cls, email: str, password: str) -> "User | None":
+        """The user with this email and password, or None; as slow for an unknown email as for
+        a wrong password."""
+        user = cls.get_or_none(cls.email == email.lower())
+        return user if verify_login(password, user.password_hash if user else None) else None
+
+    @classmethod
+    def ensure_admin(cls, email: str, password: str) -> None:
+        """Create an admin with this email unless a user has it (bootstrap at start-up)."""
+        if cls.select().where(cls.email == email.lower()).exists():
+            return
+        try:
+            with cls._meta.database.atomic():
+                cls.new(
+                    {"email": email, "name": "Administrator", "role": "admin", "password": password}
+                )
+        except peewee.IntegrityError:
+            pass  # another worker starting at the same moment created it
 
     def save(self, *args, **kwargs):
         # Emails are unique regardless of case, so they are kept in one case.

@@ -5,6 +5,7 @@ validators (schemathesis's among them) then rejected in its responses.
 """
 
 import copy
+import datetime
 import ipaddress
 import re
 
@@ -40,3 +41,22 @@ def is_email(value) -> bool:
             return False
         return True
     return bool(_HOST.fullmatch(domain))
+
+
+# RFC 3339 date-time: jsonschema checks this format only when an optional package is installed.
+_DATE_TIME = re.compile(
+    r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d+)?(?:[Zz]|[+-]\d\d:\d\d)", re.ASCII
+)
+
+
+@FORMAT_CHECKER.checks("date-time")
+def is_date_time(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    if not _DATE_TIME.fullmatch(value):
+        return False
+    try:
+        datetime.datetime.fromisoformat(value.upper())
+    except ValueError:
+        return False
+    return True

@@ -11,13 +11,14 @@ import logging
 import re
 
 import peewee
-from connexion.exceptions import ProblemException
+from connexion.exceptions import OAuthScopeProblem, ProblemException
 from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from starlette.exceptions import HTTPException
 
 from models.errors import Conflict, InvalidReference
 from shopapi.allowed_methods import AllowedMethods
 from shopapi.request_id import request_id_of
+from shopapi.security import challenge
 
 log = logging.getLogger("shopapi.errors")
 
@@ -73,13 +74,16 @@ def problem(
 
 
 def _from_problem_exception(request, exc: ProblemException):
+    headers = dict(exc.headers or {})
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = challenge(request, 401, exc.detail)
     return problem(
         request,
         exc.status,
         exc.detail,
         title=exc.title,
         type=exc.type,
-        headers=exc.headers,
+        headers=headers,
         extensions=exc.ext,
     )
 
@@ -87,9 +91,13 @@ def _from_problem_exception(request, exc: ProblemException):
 def _from_http_exception_with(allowed_methods: AllowedMethods):
     def _from_http_exception(request, exc: HTTPException):
         headers = dict(exc.headers or {})
+        detail = exc.detail
         if exc.status_code == 405:
             headers["Allow"] = allowed_methods.header_for(request.url.path) or headers["Allow"]
-        return problem(request, exc.status_code, exc.detail, headers=headers)
+        if isinstance(exc, OAuthScopeProblem):
+            headers["WWW-Authenticate"] = challenge(request, 403, detail, exc.required_scopes)
+            detail = f"These credentials lack the scope {' '.join(exc.required_scopes)}."
+        return problem(request, exc.status_code, detail, headers=headers)
 
     return _from_http_exception
 

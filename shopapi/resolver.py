@@ -4,6 +4,10 @@ Connexion pools the media types of all of an operation's responses, so once an o
 declares `application/problem+json` errors it cannot tell which type a handler's plain dict is
 ("Multiple response content types"). Handlers only ever return success bodies (errors are
 raised), so every body a handler returns is declared `application/json` here, once.
+
+Connexion also passes `user` and `token_info` to any handler taking `**kwargs` (the list
+handlers, whose keyword arguments are the list's parameters); handlers ask for the caller with
+shopapi.security.current_principal() instead, so those two are dropped here.
 """
 
 import functools
@@ -15,7 +19,7 @@ _JSON = {"Content-Type": "application/json"}
 
 def _as_json(handler):
     @functools.wraps(handler)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args, user=None, token_info=None, **kwargs):
         result = handler(*args, **kwargs)
         if not isinstance(result, tuple):
             result = (result,)

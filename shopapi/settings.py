@@ -1,8 +1,10 @@
 """The service's configuration: read once from the environment into one typed object."""
 
 import dataclasses
+import json
 import logging
 import os
+import pathlib
 import secrets
 from collections.abc import Mapping
 
@@ -38,6 +40,31 @@ def _secret(name: str, raw: str) -> bytes:
     return raw.encode()
 
 
+def _pem_file(name: str, raw: str) -> str:
+    try:
+        text = pathlib.Path(raw).read_text()
+    except OSError as error:
+        raise ConfigurationError(f"{name}: cannot read {raw!r} ({error.strerror})") from None
+    if "-----BEGIN" not in text:
+        raise ConfigurationError(f"{name} must name a PEM file")
+    return text
+
+
+def _trusted_issuers(name: str, raw: str) -> dict[str, str]:
+    try:
+        issuers = json.loads(raw)
+    except ValueError:
+        issuers = None
+    if not isinstance(issuers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in issuers.items()
+    ):
+        raise ConfigurationError(
+            f"{name} must be a JSON object of issuer to JWKS file or URL, such as "
+            '{"https://auth.example.com": "https://auth.example.com/jwks.json"}'
+        )
+    return issuers
+
+
 def _database_url(name: str, raw: str) -> str:
     if not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigurationError(
@@ -62,6 +89,20 @@ class Settings:
     # Signs list cursors. Generated when unset, which suits one process: workers that share
     # clients must share the secret.
     cursor_secret: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))
+    # Access tokens are HS256 with `jwt_secret`, or RS256 when a key pair is given (PEM text).
+    # Like the cursor secret, a generated one suits one process only.
+    jwt_secret: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))
+    jwt_private_key: str | None = None
+    jwt_public_key: str | None = None
+    jwt_issuer: str = "shopapi"
+    jwt_audience: str = "shopapi"
+    access_token_ttl: int = 900
+    refresh_token_ttl: int = 14 * 24 * 3600
+    # External authorisation servers whose tokens are accepted: issuer -> JWKS file or URL.
+    oauth_trusted_issuers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The first admin, created at start-up when no user has this email.
+    admin_email: str | None = None
+    admin_password: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
@@ -81,4 +122,46 @@ class Settings:
             values["cursor_secret"] = _secret("CURSOR_SECRET", environ["CURSOR_SECRET"])
         else:
             log.warning("CURSOR_SECRET is not set: using a generated one (fine for one process)")
+        values.update(_security_from_env(environ))
         return cls(**values)
+
+
+def _security_from_env(environ: Mapping[str, str]) -> dict:
+    values = {}
+    if "JWT_PRIVATE_KEY" in environ or "JWT_PUBLIC_KEY" in environ:
+        for name in ("JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"):
+            if name not in environ:
+                raise ConfigurationError(f"{name} must be set too: RS256 needs both keys")
+            values[name.lower()] = _pem_file(name, environ[name])
+    elif "JWT_SECRET" in environ:
+        if len(environ["JWT_SECRET"]) < 32:
+            # RFC 7518 3.2: an HS256 key is at least as long as the hash (256 bits).
+            raise ConfigurationError("JWT_SECRET must be at least 32 characters long")
+        values["jwt_secret"] = environ["JWT_SECRET"].encode()
+    else:
+        log.warning("JWT_SECRET is not set: using a generated one (fine for one process)")
+    for name in ("JWT_ISSUER", "JWT_AUDIENCE"):
+        if name in environ:
+            if not environ[name].strip():
+                raise ConfigurationError(f"{name} must not be empty")
+            values[name.lower()] = environ[name]
+    if "ACCESS_TOKEN_TTL" in environ:
+        values["access_token_ttl"] = _integer(
+            "ACCESS_TOKEN_TTL", environ["ACCESS_TOKEN_TTL"], 30, 24 * 3600
+        )
+    if "REFRESH_TOKEN_TTL" in environ:
+        values["refresh_token_ttl"] = _integer(
+            "REFRESH_TOKEN_TTL", environ["REFRESH_TOKEN_TTL"], 60, 365 * 24 * 3600
+        )
+    if "OAUTH_TRUSTED_ISSUERS" in environ:
+        values["oauth_trusted_issuers"] = _trusted_issuers(
+            "OAUTH_TRUSTED_ISSUERS", environ["OAUTH_TRUSTED_ISSUERS"]
+        )
+    if environ.get("ADMIN_EMAIL") or environ.get("ADMIN_PASSWORD"):
+        if not environ.get("ADMIN_EMAIL") or len(environ.get("ADMIN_PASSWORD", "")) < 8:
+            raise ConfigurationError(
+                "ADMIN_EMAIL and ADMIN_PASSWORD go together, the password at least 8 characters"
+            )
+        values["admin_email"] = environ["ADMIN_EMAIL"]
+        values["admin_password"] = environ["ADMIN_PASSWORD"]
+    return values

@@ -12,7 +12,7 @@ import json
 from connexion.datastructures import MediaTypeDict
 from connexion.exceptions import BadRequestProblem
 from connexion.json_schema import Draft4RequestValidator
-from connexion.validators import VALIDATOR_MAP, JSONRequestBodyValidator
+from connexion.validators import VALIDATOR_MAP, FormDataValidator, JSONRequestBodyValidator
 from connexion.validators import ParameterValidator as ConnexionParameterValidator
 from jsonschema import ValidationError
 from jsonschema.validators import extend
@@ -126,8 +126,23 @@ class ParameterValidator(ConnexionParameterValidator):
             raise ValidationProblem(errors)
 
 
+class FormValidator(FormDataValidator):
+    """Strict validation refuses undeclared form fields only where the schema does: the OAuth
+    token endpoint must ignore parameters it does not know (RFC 6749 3.2)."""
+
+    def _validate_params_strictly(self, data: dict) -> None:
+        if self._schema.get("additionalProperties") is False:
+            super()._validate_params_strictly(data)
+
+
 validator_map = {
     **VALIDATOR_MAP,
     "parameter": ParameterValidator,
-    "body": MediaTypeDict({**VALIDATOR_MAP["body"], "*/*json": RequestBodyValidator}),
+    "body": MediaTypeDict(
+        {
+            **VALIDATOR_MAP["body"],
+            "*/*json": RequestBodyValidator,
+            "application/x-www-form-urlencoded": FormValidator,
+        }
+    ),
 }

@@ -7,13 +7,21 @@ from models.migrations import migrate
 
 def test_migrations_apply_once_and_are_recorded(tmp_path):
     db = open_database(f"sqlite:///{tmp_path}/fresh.db")
-    assert migrate(db) == ["m0001_initial", "m0002_list_indexes"]
+    assert migrate(db) == ["m0001_initial", "m0002_list_indexes", "m0003_credentials"]
     assert migrate(db) == []
     with db.connection_context():
         tables = set(db.get_tables())
-        assert {"user", "product", "order", "order_item", "schema_migrations"} <= tables
+        assert {
+            "user",
+            "product",
+            "order",
+            "order_item",
+            "api_key",
+            "oauth_client",
+            "refresh_token",
+        } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
-        assert recorded == [("m0001_initial",), ("m0002_list_indexes",)]
+        assert recorded == [("m0001_initial",), ("m0002_list_indexes",), ("m0003_credentials",)]
 
 
 def test_a_failing_migration_leaves_nothing_half_done(tmp_path, monkeypatch):

@@ -1,0 +1,150 @@
+"""The OAuth 2.0 token endpoint (RFC 6749): password, client_credentials and refresh_token.
+
+Errors here are RFC 6749's JSON (`{"error": "invalid_grant", ...}`), which OAuth client
+libraries understand, rather than problem details.
+"""
+
+import base64
+import binascii
+from urllib.parse import unquote_plus
+
+import flask
+
+from models import OAuthClient, RefreshToken, User
+from models.refresh_token import RefreshTokenReused
+from models.user import ROLE_SCOPES, SCOPES
+
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+class OAuthError(Exception):
+    def __init__(self, error: str, description: str, status: int = 400, headers=None):
+        super().__init__(description)
+        self.error, self.description = error, description
+        self.status, self.headers = status, headers or {}
+
+
+def _tokens():
+    return flask.current_app.extensions["shopapi.tokens"]
+
+
+def _scopes_asked(body: dict, allowed: frozenset[str]) -> frozenset[str]:
+    """The scopes the request narrows the token to, all of `allowed` when it names none."""
+    asked = frozenset(body.get("scope", "").split())
+    if not asked:
+        return allowed
+    beyond = sorted(asked - allowed)
+    if beyond:
+        unknown = [s for s in beyond if s not in SCOPES]
+        reason = "unknown" if unknown else "not granted to these credentials"
+        raise OAuthError("invalid_scope", f"Scope {' '.join(beyond)}: {reason}.")
+    return asked
+
+
+def _client(body: dict) -> OAuthClient | None:
+    """The authenticated client, None when the request names none; invalid_client when it names
+    one that does not authenticate."""
+    header = flask.request.headers.get("Authorization", "")
+    basic = header[:6].lower() == "basic "
+    if basic:
+        if "client_secret" in body:
+            raise OAuthError("invalid_request", "Authenticate the client one way, not two.")
+        try:
+            pair = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            pair = ""
+        client_id, _, secret = (unquote_plus(part) for part in pair.partition(":"))
+    else:
+        client_id, secret = body.get("client_id", ""), body.get("client_secret", "")
+        if not client_id and not secret:
+            return None
+    client = OAuthClient.authenticate(client_id, secret) if client_id and secret else None
+    if client is None:
+        challenge = {"WWW-Authenticate": 'Basic realm="shopapi"'} if basic else {}
+        raise OAuthError("invalid_client", "The client could not be authenticated.", 401, challenge)
+    return client
+
+
+def _answer(subject: str, scopes: frozenset[str], refresh_token=None, **claims):
+    tokens = _tokens()
+    body = {
+        "access_token": tokens.issue(subject, scopes, **claims),
+        "token_type": "Bearer",
+        "expires_in": tokens.ttl,
+        "scope": " ".join(sorted(scopes)),
+    }
+    if refresh_token:
+        body["refresh_token"] = refresh_token
+    return body, 200, _NO_STORE
+
+
+def _required(body: dict, *names: str) -> None:
+    missing = [name for name in names if not body.get(name)]
+    if missing:
+        raise OAuthError("invalid_request", f"Missing {', '.join(missing)}.")
+
+
+def _password_grant(body: dict, client: OAuthClient | None):
+    _required(body, "username", "password")
+    user = User.authenticate(body["username"], body["password"])
+    if user is None:
+        # One answer whether the email is unknown or the password wrong.
+        raise OAuthError("invalid_grant", "The email or password is wrong.")
+    allowed = ROLE_SCOPES[user.role]
+    if client is not None:
+        allowed &= frozenset(client.scopes.split())
+    scopes = _scopes_asked(body, allowed)
+    client_id = client.client_id if client else None
+    ttl = flask.current_app.config["REFRESH_TOKEN_TTL"]
+    refresh = RefreshToken.start(user, " ".join(sorted(scopes)), client_id, ttl)
+    return _answer(str(user.id), scopes, refresh)
+
+
+def _client_credentials_grant(body: dict, client: OAuthClient | None):
+    if client is None:
+        raise OAuthError("invalid_client", "This grant needs the client's credentials.", 401)
+    scopes = _scopes_asked(body, frozenset(client.scopes.split()))
+    return _answer(f"client:{client.client_id}", scopes, client_id=client.client_id)
+
+
+def _refresh_token_grant(body: dict, client: OAuthClient | None):
+    _required(body, "refresh_token")
+    client_id = client.client_id if client else None
+    current = RefreshToken.find(body["refresh_token"])
+    if current is None or current.client_id != client_id:
+        raise OAuthError("invalid_grant", "The refresh token is unknown, expired or revoked.")
+    # The successor keeps the login's scopes; the access token may narrow them (checked before
+    # the token is used up), and never exceeds what the user's role allows now.
+    granted = frozenset(current.scope.split()) & ROLE_SCOPES[current.user.role]
+    scopes = _scopes_asked(body, granted)
+    try:
+        successor = RefreshToken.rotate(current, flask.current_app.config["REFRESH_TOKEN_TTL"])
+    except RefreshTokenReused:
+        raise OAuthError(
+            "invalid_grant",
+            "The refresh token was used already; every token of its login is now revoked.",
+        ) from None
+    except LookupError:
+        raise OAuthError(
+            "invalid_grant", "The refresh token is unknown, expired or revoked."
+        ) from None
+    return _answer(str(current.user_id), scopes, successor)
+
+
+_GRANTS = {
+    "password": _password_grant,
+    "client_credentials": _client_credentials_grant,
+    "refresh_token": _refresh_token_grant,
+}
+
+
+def issue_token(body):
+    try:
+        _required(body, "grant_type")
+        grant = _GRANTS.get(body["grant_type"])
+        if grant is None:
+            raise OAuthError("unsupported_grant_type", f"Grant types: {', '.join(_GRANTS)}.")
+        return grant(body, _client(body))
+    except OAuthError as error:
+        body = {"error": error.error, "error_description": error.description}
+        return body, error.status, {**_NO_STORE, **error.headers}

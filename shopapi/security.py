@@ -1,0 +1,113 @@
+"""Who is calling: the checks Connexion runs for the spec's security schemes, and the principal
+the handlers then see.
+
+Connexion enforces scopes only for `oauth2` schemes, so bearer tokens are declared as one
+(`x-tokenInfoFunc` below) and Connexion compares the token's `scope` with the operation's. An
+`apiKey` scheme gets no such check, so `api_key_info` compares the scopes itself and fails the
+same way (403 OAuthScopeProblem).
+
+These run in Connexion's security middleware, before Flask: they find the app's token keys
+through the ASGI scope, and run the API-key lookup off the event loop with its own connection.
+"""
+
+import dataclasses
+import weakref
+
+import anyio.to_thread
+import connexion
+from connexion.exceptions import OAuthProblem, OAuthScopeProblem
+
+from models import ApiKey
+from models.db import database
+from models.user import ROLE_SCOPES
+from shopapi.tokens import AccessTokens, InvalidToken
+
+_tokens_of: "weakref.WeakKeyDictionary[object, AccessTokens]" = weakref.WeakKeyDictionary()
+
+REALM = "shopapi"
+
+
+def install(app: connexion.FlaskApp, tokens: AccessTokens) -> None:
+    """Make `tokens` the keys of `app`'s security checks and handlers."""
+    _tokens_of[app.middleware] = tokens
+    app.app.extensions["shopapi.tokens"] = tokens
+
+
+def tokens_of(scope) -> AccessTokens:
+    """The token keys of the app serving this ASGI request scope."""
+    return _tokens_of[scope["app"]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """The caller. `user_id` is the user it acts as (None for an OAuth client or an external
+    system); without the `admin` scope it reaches only that user's record and orders."""
+
+    subject: str
+    scopes: frozenset[str]
+    user_id: int | None
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
+    def reaches(self, user_id: int) -> bool:
+        """May this caller see and change what belongs to `user_id`?"""
+        return self.is_admin or (self.user_id is not None and self.user_id == user_id)
+
+
+def current_principal() -> Principal:
+    info = connexion.context.context["token_info"]
+    return Principal(
+        subject=info["sub"], scopes=frozenset(info["scope"].split()), user_id=info["user_id"]
+    )
+
+
+def token_info(token: str, request) -> dict:
+    """x-tokenInfoFunc: the claims of a valid bearer token (401 otherwise)."""
+    try:
+        claims = tokens_of(request.scope).verify(token)
+    except InvalidToken as error:
+        raise OAuthProblem(detail=str(error)) from None
+    subject = claims["sub"]
+    issued_here = claims["iss"] == tokens_of(request.scope).issuer
+    user_id = int(subject) if issued_here and subject.isdigit() else None
+    return {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
+
+
+async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
+    """x-apikeyInfoFunc: the owner and scopes of a usable API key (401 otherwise, 403 when the
+    key lacks a scope the operation requires)."""
+    found = await anyio.to_thread.run_sync(_find_api_key, api_key)
+    if found is None:
+        raise OAuthProblem(detail="The API key is not valid.")
+    key, owner_role = found
+    if not key.usable:
+        raise OAuthProblem(detail="The API key has been revoked or has expired.")
+    # A key never exceeds its owner's current role, even if the owner was demoted since.
+    scopes = set(key.scopes.split()) & ROLE_SCOPES.get(owner_role, frozenset())
+    if not set(required_scopes or ()) <= scopes:
+        raise OAuthScopeProblem(token_scopes=sorted(scopes), required_scopes=required_scopes)
+    return {"sub": f"api-key:{key.id}", "scope": " ".join(sorted(scopes)), "user_id": key.owner_id}
+
+
+def _find_api_key(secret: str):
+    with database.connection_context():
+        return ApiKey.find(secret)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def challenge(request, status: int, detail: str, required_scopes=None) -> str:
+    """The RFC 6750 `WWW-Authenticate` value for a 401 or a 403 from the security checks."""
+    parts = [f"Bearer realm={_quoted(REALM)}"]
+    if status == 403:
+        parts.append('error="insufficient_scope"')
+        if required_scopes:
+            parts.append(f"scope={_quoted(' '.join(sorted(required_scopes)))}")
+    elif "authorization" in request.headers or "x-api-key" in request.headers:
+        parts.append('error="invalid_token"')
+        parts.append(f"error_description={_quoted(detail)}")
+    return ", ".join(parts)

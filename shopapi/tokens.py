@@ -1,0 +1,163 @@
+"""Access tokens: the JWTs this service signs, and those of trusted external authorisation servers.
+
+Every check that matters is explicit here rather than left to a library default: the algorithm is
+pinned per issuer (so neither `alg: none` nor an HS256 token keyed with the RS256 public key can
+pass), and exp, iat, iss and aud are required, not merely checked when present.
+"""
+
+import base64
+import hashlib
+import json
+import pathlib
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping
+
+from jose import jwk, jwt
+from jose.exceptions import ExpiredSignatureError, JOSEError
+
+from shopapi.settings import Settings
+
+# External servers sign with asymmetric keys; a shared secret there would be a shared password.
+_EXTERNAL_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512")
+_REQUIRED = {
+    "require_exp": True,
+    "require_iat": True,
+    "require_iss": True,
+    "require_aud": True,
+    "require_sub": True,
+    "leeway": 30,  # seconds of clock skew between hosts
+}
+# How long a fetched JWKS is trusted, and how soon an unknown `kid` may trigger a refetch.
+_JWKS_MAX_AGE = 600
+_JWKS_REFETCH_AFTER = 60
+
+
+class InvalidToken(Exception):
+    """The token cannot be trusted; the message says why, for the client (never the token)."""
+
+
+def _thumbprint(public_jwk: dict) -> str:
+    """RFC 7638 JWK thumbprint: a stable key id derived from the key itself."""
+    members = {name: public_jwk[name] for name in ("e", "kty", "n")}
+    canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical).digest()).rstrip(b"=").decode()
+
+
+class _KeySet:
+    """A trusted issuer's JSON Web Key Set, from a file or an https URL, cached."""
+
+    def __init__(self, location: str):
+        self._location = location
+        self._keys: list[dict] = []
+        self._fetched_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def _load(self) -> list[dict]:
+        if self._location.startswith(("https://", "http://")):
+            with urllib.request.urlopen(self._location, timeout=3) as response:  # noqa: S310
+                document = json.load(response)
+        else:
+            document = json.loads(pathlib.Path(self._location).read_text())
+        return [key for key in document.get("keys", []) if isinstance(key, dict)]
+
+    def key_for(self, kid: str | None) -> dict:
+        with self._lock:
+            age = time.monotonic() - self._fetched_at
+            if age > _JWKS_MAX_AGE or (
+                age > _JWKS_REFETCH_AFTER and not self._find(kid, self._keys)
+            ):
+                try:
+                    self._keys = self._load()
+                except (OSError, ValueError) as error:
+                    if not self._keys:
+                        raise InvalidToken("The issuer's signing keys are unavailable.") from error
+                self._fetched_at = time.monotonic()
+            key = self._find(kid, self._keys)
+        if key is None:
+            raise InvalidToken("The token is signed with an unknown key.")
+        return key
+
+    @staticmethod
+    def _find(kid: str | None, keys: list[dict]) -> dict | None:
+        if kid is None:
+            return keys[0] if len(keys) == 1 else None
+        return next((key for key in keys if key.get("kid") == kid), None)
+
+
+class AccessTokens:
+    """Issues this service's access tokens and verifies them and trusted issuers' tokens."""
+
+    def __init__(self, settings: Settings):
+        self.issuer = settings.jwt_issuer
+        self.audience = settings.jwt_audience
+        self.ttl = settings.access_token_ttl
+        if settings.jwt_private_key:
+            self.algorithm = "RS256"
+            self._signing_key = settings.jwt_private_key
+            self._verifying_key = settings.jwt_public_key
+            public = jwk.construct(settings.jwt_public_key, "RS256").to_dict()
+            self._kid = _thumbprint(public)
+            self._published = [{**public, "kid": self._kid, "use": "sig", "alg": "RS256"}]
+        else:
+            self.algorithm = "HS256"
+            self._signing_key = self._verifying_key = settings.jwt_secret
+            self._kid = None
+            self._published = []  # a symmetric key is never published
+        self._trusted = {
+            issuer: _KeySet(location)
+            for issuer, location in settings.oauth_trusted_issuers.items()
+            if issuer != self.issuer
+        }
+
+    def jwks(self) -> dict:
+        return {"keys": self._published}
+
+    def issue(self, subject: str, scopes: Iterable[str], **claims) -> str:
+        now = int(time.time())
+        payload = {
+            "iss": self.issuer,
+            "aud": self.audience,
+            "sub": subject,
+            "iat": now,
+            "exp": now + self.ttl,
+            "scope": " ".join(sorted(scopes)),
+            **claims,
+        }
+        headers = {"kid": self._kid} if self._kid else None
+        return jwt.encode(payload, self._signing_key, algorithm=self.algorithm, headers=headers)
+
+    def verify(self, token: str) -> Mapping:
+        """The token's claims, or InvalidToken."""
+        try:
+            header = jwt.get_unverified_header(token)
+            issuer = jwt.get_unverified_claims(token).get("iss")
+        except JOSEError:
+            raise InvalidToken("The token is not a well-formed JWT.") from None
+        if issuer == self.issuer:
+            key, algorithms = self._verifying_key, [self.algorithm]
+        elif isinstance(issuer, str) and issuer in self._trusted:
+            key = self._trusted[issuer].key_for(header.get("kid"))
+            algorithm = key.get("alg") or header.get("alg")
+            if algorithm not in _EXTERNAL_ALGORITHMS:
+                raise InvalidToken("The token's algorithm is not accepted.")
+            algorithms = [algorithm]
+        else:
+            raise InvalidToken("The token's issuer is not trusted.")
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=algorithms,
+                audience=self.audience,
+                issuer=issuer,
+                options=_REQUIRED,
+            )
+        except ExpiredSignatureError:
+            raise InvalidToken("The token has expired.") from None
+        except JOSEError as error:
+            raise InvalidToken(f"The token is not valid: {str(error).rstrip('.')}.") from None
+        if not isinstance(claims.get("sub"), str) or not isinstance(claims.get("scope", ""), str):
+            raise InvalidToken("The token's sub and scope claims must be strings.")
+        return claims
