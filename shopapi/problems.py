@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from models.errors import Conflict, InvalidReference
 from shopapi.allowed_methods import AllowedMethods
 from shopapi.request_id import request_id_of
-from shopapi.security import challenge
+from shopapi.security import NO_CREDENTIALS, challenge, presented_credentials
 
 log = logging.getLogger("shopapi.errors")
 
@@ -75,12 +75,14 @@ def problem(
 
 def _from_problem_exception(request, exc: ProblemException):
     headers = dict(exc.headers or {})
+    detail = exc.detail
     if exc.status == 401:
-        headers["WWW-Authenticate"] = challenge(request, 401, exc.detail)
+        detail = detail if presented_credentials(request) else NO_CREDENTIALS
+        headers["WWW-Authenticate"] = challenge(request, 401, detail)
     return problem(
         request,
         exc.status,
-        exc.detail,
+        detail,
         title=exc.title,
         type=exc.type,
         headers=headers,

@@ -96,6 +96,13 @@ def _find_api_key(secret: str):
         return ApiKey.find(secret)
 
 
+NO_CREDENTIALS = "This operation needs a bearer token (Authorization) or an API key (X-API-Key)."
+
+
+def presented_credentials(request) -> bool:
+    return "authorization" in request.headers or "x-api-key" in request.headers
+
+
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -107,7 +114,7 @@ def challenge(request, status: int, detail: str, required_scopes=None) -> str:
         parts.append('error="insufficient_scope"')
         if required_scopes:
             parts.append(f"scope={_quoted(' '.join(sorted(required_scopes)))}")
-    elif "authorization" in request.headers or "x-api-key" in request.headers:
+    elif presented_credentials(request):
         parts.append('error="invalid_token"')
         parts.append(f"error_description={_quoted(detail)}")
     return ", ".join(parts)

@@ -10,6 +10,7 @@ import peewee
 import pytest
 
 from app import create_app
+from helpers import JWT_SECRET, bearer
 from models import MODELS
 from models.db import open_database, use
 from models.migrations import migrate
@@ -58,7 +59,10 @@ def database_url(request, tmp_path_factory):
 def served(database_url):
     """The app for one backend, checking every response against the contract, and the database
     object it is bound to."""
-    app = create_app(Settings(database_url=database_url, validate_responses=True))
+    settings = Settings(
+        database_url=database_url, validate_responses=True, jwt_secret=JWT_SECRET.encode()
+    )
+    app = create_app(settings)
     from models.db import database
 
     return app, database.obj
@@ -76,4 +80,14 @@ def app(served):
 
 @pytest.fixture
 def client(app):
+    """A client with an admin's credentials: most tests are about the API, not about who may
+    use it (test_security.py is)."""
+    client = app.test_client()
+    client.headers.update(bearer())
+    return client
+
+
+@pytest.fixture
+def anonymous(app):
+    """A client with no credentials."""
     return app.test_client()

@@ -1,8 +1,28 @@
-"""Requests the tests make often, through the API itself."""
+"""Requests the tests make often, through the API itself, and the credentials they use."""
 
 import itertools
 
+from models.user import ROLE_SCOPES, SCOPES
+from shopapi.settings import Settings
+from shopapi.tokens import AccessTokens
+
 _serial = itertools.count(1)
+
+# The signing secret of every app and live server the tests start, so that a token minted here
+# is good for all of them.
+JWT_SECRET = "tests-only-secret-0123456789abcdef"
+TOKENS = AccessTokens(Settings(jwt_secret=JWT_SECRET.encode()))
+
+
+def bearer(subject: str = "client:tests", scopes=SCOPES) -> dict:
+    """Headers carrying a valid access token; by default an admin OAuth client's."""
+    return {"Authorization": f"Bearer {TOKENS.issue(subject, scopes)}"}
+
+
+def bearer_for(user: dict) -> dict:
+    """Headers carrying a token for `user` (a user as the API returned it), with its role's
+    scopes, as the password grant would issue it."""
+    return bearer(str(user["id"]), ROLE_SCOPES[user["role"]])
 
 
 def create_user(client, **fields):

@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+from helpers import JWT_SECRET
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ def live_server(database_url: str, **env):
             "warning",
         ],
         cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url, **env},
+        env={**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": JWT_SECRET, **env},
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -4,13 +4,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from helpers import bearer, bearer_for
 from live import live_server
 
 pytestmark = pytest.mark.slow
 
 
 def test_fifty_concurrent_orders_for_ten_in_stock_sell_exactly_ten(app, database_url):
-    with live_server(database_url) as base, httpx.Client(base_url=base, timeout=30) as http:
+    with (
+        live_server(database_url) as base,
+        httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
+    ):
         user = http.post(
             "/v1/users", json={"email": "race@example.com", "name": "R", "password": "12345678"}
         ).json()
@@ -20,7 +24,7 @@ def test_fifty_concurrent_orders_for_ten_in_stock_sell_exactly_ten(app, database
         order = {"user_id": user["id"], "items": [{"product_id": product["id"], "quantity": 1}]}
 
         def place(_):
-            with httpx.Client(base_url=base, timeout=30) as own:
+            with httpx.Client(base_url=base, timeout=30, headers=bearer_for(user)) as own:
                 return own.post("/v1/orders", json=order).status_code
 
         with ThreadPoolExecutor(max_workers=50) as pool:

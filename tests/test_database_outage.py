@@ -7,7 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
-from helpers import assert_problem
+from helpers import assert_problem, bearer
 from live import live_server
 from tcp_proxy import TcpProxy
 
@@ -50,14 +50,26 @@ def test_an_outage_is_503_and_the_server_heals_by_itself(app, database_url, tmp_
     with (
         breakable(database_url, tmp_path) as (url, cut, restore),
         live_server(url) as base,
-        httpx.Client(base_url=base, timeout=30) as http,
+        httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
     ):
         for _ in range(3):  # open connections (pooled, on PostgreSQL) that the outage breaks
             assert http.get("/v1/products").status_code == 200
+        admin = http.post(
+            "/v1/users",
+            json={"email": "a@example.com", "name": "A", "password": "12345678", "role": "admin"},
+        ).json()
+        key = http.post(
+            "/v1/api-keys", json={"name": "k", "scopes": ["products:read"], "owner_id": admin["id"]}
+        ).json()["key"]
+        by_key = {"Authorization": "", "X-API-Key": key}
+        assert http.get("/v1/products", headers=by_key).status_code == 200
         cut()
         assert_unavailable(http.get("/v1/products"))
+        # An API key is checked against the database before the handler runs: still a 503.
+        assert_unavailable(http.get("/v1/products", headers=by_key))
         new = {"sku": "DOWN-1", "name": "x", "price_cents": 1}
         assert_unavailable(http.post("/v1/products", json=new))
         restore()
         assert http.get("/v1/products").status_code == 200
+        assert http.get("/v1/products", headers=by_key).status_code == 200
         assert http.post("/v1/products", json=new).status_code == 201
