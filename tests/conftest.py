@@ -8,9 +8,9 @@ import os
 
 import peewee
 import pytest
+from helpers import JWT_SECRET, bearer
 
 from app import create_app
-from helpers import JWT_SECRET, bearer
 from models import MODELS
 from models.db import open_database, use
 from models.migrations import migrate

@@ -1,0 +1,263 @@
+"""The OAuth 2.0 token endpoint: the password, client_credentials and refresh_token grants,
+RFC 6749 errors, and tokens that then work (or stop working) on the API."""
+
+import base64
+import logging
+
+import pytest
+from helpers import create_user
+
+import models.passwords
+
+TOKEN = "/v1/oauth/token"
+
+
+def _password_grant(anonymous, email, password, **extra):
+    return anonymous.post(
+        TOKEN, data={"grant_type": "password", "username": email, "password": password, **extra}
+    )
+
+
+def _as(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _assert_oauth_error(response, status: int, error: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert body["error"] == error
+    return body
+
+
+@pytest.fixture
+def customer(client):
+    return create_user(client, email="carol@example.com", password="carol-password")
+
+
+def test_the_password_grant_gives_a_working_token_for_the_users_role(anonymous, customer):
+    response = _password_grant(anonymous, "Carol@Example.com", "carol-password")
+    assert response.status_code == 200, response.text
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert body["token_type"] == "Bearer"
+    assert body["expires_in"] == 900
+    assert body["refresh_token"].startswith("shr_")
+    assert set(body["scope"].split()) == {
+        "users:read",
+        "users:write",
+        "products:read",
+        "orders:read",
+        "orders:write",
+    }
+    me = anonymous.get(f"/v1/users/{customer['id']}", headers=_as(body["access_token"]))
+    assert me.status_code == 200
+    assert (
+        anonymous.post("/v1/products", json={}, headers=_as(body["access_token"])).status_code
+        == 403
+    )
+
+
+def test_a_wrong_password_and_an_unknown_email_get_one_answer_by_one_path(
+    anonymous, customer, monkeypatch
+):
+    hashed = []
+    original = models.passwords._scrypt
+    monkeypatch.setattr(
+        models.passwords, "_scrypt", lambda *a: hashed.append(a[2:]) or original(*a)
+    )
+    wrong = _password_grant(anonymous, "carol@example.com", "not-her-password")
+    assert len(hashed) == 1
+    unknown = _password_grant(anonymous, "nobody@example.com", "not-her-password")
+    # The unknown email is checked against a hash too, at the same cost: timing does not tell
+    # which emails exist.
+    assert len(hashed) == 2
+    assert hashed[0] == hashed[1]
+    for response in (wrong, unknown):
+        _assert_oauth_error(response, 400, "invalid_grant")
+    assert wrong.json() == unknown.json()
+
+
+def test_a_token_can_be_narrowed_but_not_widened(anonymous, customer):
+    narrow = _password_grant(
+        anonymous, "carol@example.com", "carol-password", scope="products:read"
+    )
+    assert narrow.json()["scope"] == "products:read"
+    token = narrow.json()["access_token"]
+    assert anonymous.get("/v1/products", headers=_as(token)).status_code == 200
+    assert anonymous.get("/v1/orders", headers=_as(token)).status_code == 403
+
+    wide = _password_grant(anonymous, "carol@example.com", "carol-password", scope="admin")
+    assert "admin" in _assert_oauth_error(wide, 400, "invalid_scope")["error_description"]
+    unknown = _password_grant(anonymous, "carol@example.com", "carol-password", scope="root")
+    _assert_oauth_error(unknown, 400, "invalid_scope")
+
+
+def test_a_refresh_token_is_used_once_and_its_reuse_revokes_the_login(anonymous, customer):
+    first = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    refresh = {"grant_type": "refresh_token", "refresh_token": first["refresh_token"]}
+    second = anonymous.post(TOKEN, data=refresh)
+    assert second.status_code == 200, second.text
+    second = second.json()
+    assert second["refresh_token"] != first["refresh_token"]
+    assert anonymous.get("/v1/orders", headers=_as(second["access_token"])).status_code == 200
+
+    # The first refresh token again: someone else has it. Refused, and so is the successor.
+    reused = anonymous.post(TOKEN, data=refresh)
+    assert "used already" in _assert_oauth_error(reused, 400, "invalid_grant")["error_description"]
+    successor = {"grant_type": "refresh_token", "refresh_token": second["refresh_token"]}
+    _assert_oauth_error(anonymous.post(TOKEN, data=successor), 400, "invalid_grant")
+    # A new login is a new family, unaffected.
+    again = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    fresh = {"grant_type": "refresh_token", "refresh_token": again["refresh_token"]}
+    assert anonymous.post(TOKEN, data=fresh).status_code == 200
+
+
+def test_a_refresh_keeps_the_logins_scopes_and_may_narrow_the_access_token(anonymous, customer):
+    login = _password_grant(
+        anonymous, "carol@example.com", "carol-password", scope="orders:read products:read"
+    ).json()
+    too_wide = {
+        "grant_type": "refresh_token",
+        "refresh_token": login["refresh_token"],
+        "scope": "orders:write",
+    }
+    _assert_oauth_error(anonymous.post(TOKEN, data=too_wide), 400, "invalid_scope")
+    # Refused before use: the refresh token still works.
+    narrower = {**too_wide, "scope": "orders:read"}
+    response = anonymous.post(TOKEN, data=narrower)
+    assert response.status_code == 200, response.text
+    assert response.json()["scope"] == "orders:read"
+
+
+def test_an_unknown_refresh_token_is_invalid_grant(anonymous):
+    response = anonymous.post(
+        TOKEN, data={"grant_type": "refresh_token", "refresh_token": "shr_nope"}
+    )
+    _assert_oauth_error(response, 400, "invalid_grant")
+
+
+@pytest.fixture
+def erp(client):
+    response = client.post(
+        "/v1/oauth/clients", json={"name": "ERP", "scopes": ["products:read", "products:write"]}
+    )
+    assert response.status_code == 201, response.text
+    assert response.headers["location"] == f"/v1/oauth/clients/{response.json()['id']}"
+    return response.json()
+
+
+def test_client_credentials_by_basic_auth_or_form(anonymous, erp):
+    basic = base64.b64encode(f"{erp['client_id']}:{erp['client_secret']}".encode()).decode()
+    by_header = anonymous.post(
+        TOKEN,
+        data={"grant_type": "client_credentials"},
+        headers={"Authorization": f"Basic {basic}"},
+    )
+    by_form = anonymous.post(
+        TOKEN,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": erp["client_id"],
+            "client_secret": erp["client_secret"],
+            "scope": "products:read",
+        },
+    )
+    for response in (by_header, by_form):
+        assert response.status_code == 200, response.text
+        assert "refresh_token" not in response.json()
+    assert by_header.json()["scope"] == "products:read products:write"
+    assert by_form.json()["scope"] == "products:read"
+    new = {"sku": "ERP-1", "name": "From the ERP", "price_cents": 100}
+    token = by_header.json()["access_token"]
+    assert anonymous.post("/v1/products", json=new, headers=_as(token)).status_code == 201
+
+
+def test_a_wrong_client_secret_is_invalid_client(anonymous, erp):
+    basic = base64.b64encode(f"{erp['client_id']}:wrong".encode()).decode()
+    response = anonymous.post(
+        TOKEN,
+        data={"grant_type": "client_credentials"},
+        headers={"Authorization": f"Basic {basic}"},
+    )
+    _assert_oauth_error(response, 401, "invalid_client")
+    assert response.headers["www-authenticate"] == 'Basic realm="shopapi"'
+    by_form = anonymous.post(
+        TOKEN,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": erp["client_id"],
+            "client_secret": "x",
+        },
+    )
+    _assert_oauth_error(by_form, 401, "invalid_client")
+    no_client = anonymous.post(TOKEN, data={"grant_type": "client_credentials"})
+    _assert_oauth_error(no_client, 401, "invalid_client")
+
+
+def test_a_removed_client_gets_no_more_tokens(client, anonymous, erp):
+    assert client.delete(f"/v1/oauth/clients/{erp['id']}").status_code == 204
+    response = anonymous.post(
+        TOKEN,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": erp["client_id"],
+            "client_secret": erp["client_secret"],
+        },
+    )
+    _assert_oauth_error(response, 401, "invalid_client")
+
+
+def test_clients_are_listed_without_secrets(client, erp):
+    listed = client.get("/v1/oauth/clients").json()["data"]
+    assert [c["client_id"] for c in listed] == [erp["client_id"]]
+    assert "client_secret" not in client.get(f"/v1/oauth/clients/{erp['id']}").json()
+    assert erp["client_secret"] not in client.get("/v1/oauth/clients").text
+
+
+@pytest.mark.parametrize(
+    ("form", "error"),
+    [
+        ({"scope": "products:read"}, "invalid_request"),
+        ({"grant_type": "implicit"}, "unsupported_grant_type"),
+        ({"grant_type": "password", "username": "carol@example.com"}, "invalid_request"),
+        ({"grant_type": "refresh_token"}, "invalid_request"),
+    ],
+)
+def test_malformed_token_requests_get_rfc6749_errors(anonymous, form, error):
+    _assert_oauth_error(anonymous.post(TOKEN, data=form), 400, error)
+
+
+def test_unknown_token_request_parameters_are_ignored(anonymous, customer):
+    response = _password_grant(
+        anonymous, "carol@example.com", "carol-password", state="xyz", foo="bar"
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_no_secret_reaches_a_log_line(anonymous, customer, erp, caplog):
+    caplog.set_level(logging.DEBUG)
+    token = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    _password_grant(anonymous, "carol@example.com", "wrong-password-here")
+    anonymous.get("/v1/orders", headers=_as(token["access_token"] + "x"))
+    anonymous.get("/v1/orders", headers={"X-API-Key": "shk_guessed-key-value"})
+    anonymous.post(
+        TOKEN, data={"grant_type": "refresh_token", "refresh_token": token["refresh_token"]}
+    )
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for secret in (
+        "carol-password",
+        "wrong-password-here",
+        token["access_token"],
+        token["refresh_token"],
+        "shk_guessed-key-value",
+        erp["client_secret"],
+    ):
+        assert secret not in logged
+
+
+def test_a_token_request_without_a_form_is_a_problem(anonymous):
+    assert anonymous.post(TOKEN).status_code == 400
+    response = anonymous.post(TOKEN, json={"grant_type": "password"})
+    assert response.status_code == 415

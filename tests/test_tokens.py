@@ -1,0 +1,213 @@
+"""RS256 tokens and their JWKS, and tokens from trusted external authorisation servers."""
+
+import base64
+import contextlib
+import http.server
+import json
+import threading
+import time
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from helpers import assert_problem, create_user
+from jose import jwk, jwt
+
+from app import create_app
+from models.user import SCOPES
+from shopapi.settings import Settings
+
+EXTERNAL = "https://idp.example.com"
+
+
+def _key_pair() -> tuple[str, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    return private, public
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return {"ours": _key_pair(), "idp": _key_pair(), "stranger": _key_pair()}
+
+
+def _jwks_of(public: str, kid: str) -> dict:
+    return {"keys": [{**jwk.construct(public, "RS256").to_dict(), "kid": kid, "alg": "RS256"}]}
+
+
+@contextlib.contextmanager
+def _serving(document: dict):
+    """A JWKS over HTTP, as an authorisation server publishes it."""
+    body = json.dumps(document).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def rs256(app, database_url, keys, tmp_path):
+    """A client of an app that signs RS256 and trusts the IdP (whose JWKS is a file)."""
+    jwks_file = tmp_path / "idp-jwks.json"
+    jwks_file.write_text(json.dumps(_jwks_of(keys["idp"][1], "idp-1")))
+    settings = Settings(
+        database_url=database_url,
+        validate_responses=True,
+        jwt_private_key=keys["ours"][0],
+        jwt_public_key=keys["ours"][1],
+        oauth_trusted_issuers={EXTERNAL: str(jwks_file)},
+    )
+    return create_app(settings).test_client()
+
+
+def _claims(**changes) -> dict:
+    now = int(time.time())
+    return {
+        "iss": "shopapi",
+        "aud": "shopapi",
+        "sub": "client:tests",
+        "iat": now,
+        "exp": now + 300,
+        "scope": " ".join(SCOPES),
+        **changes,
+    }
+
+
+def _as(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_rs256_tokens_verify_with_the_published_jwks(rs256, keys):
+    user = create_user(rs256_admin(rs256, keys), email="dora@example.com", password="dora-password")
+    issued = rs256.post(
+        "/v1/oauth/token",
+        data={"grant_type": "password", "username": user["email"], "password": "dora-password"},
+    ).json()["access_token"]
+    assert jwt.get_unverified_header(issued)["alg"] == "RS256"
+
+    published = rs256.get("/.well-known/jwks.json")
+    assert published.status_code == 200
+    (key,) = published.json()["keys"]
+    assert key["kty"] == "RSA" and key["use"] == "sig" and key["alg"] == "RS256"
+    assert jwt.get_unverified_header(issued)["kid"] == key["kid"]
+    # Anyone can check our tokens with the published set alone.
+    claims = jwt.decode(issued, published.json(), algorithms=["RS256"], audience="shopapi")
+    assert claims["sub"] == str(user["id"])
+    assert rs256.get(f"/v1/users/{user['id']}", headers=_as(issued)).status_code == 200
+
+
+def rs256_admin(rs256, keys):
+    """The RS256 client, carrying an admin token signed with our private key."""
+    token = jwt.encode(_claims(), keys["ours"][0], algorithm="RS256")
+    rs256.headers.update(_as(token))
+    return rs256
+
+
+def test_an_hs256_token_keyed_with_the_public_key_is_401(rs256, keys):
+    """The algorithm-confusion attack: HMAC with the RS256 public key as the secret."""
+    public = keys["ours"][1]
+    header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=")
+    payload = base64.urlsafe_b64encode(json.dumps(_claims()).encode()).rstrip(b"=")
+    import hashlib
+    import hmac
+
+    signature = hmac.new(public.encode(), header + b"." + payload, hashlib.sha256).digest()
+    forged = b".".join([header, payload, base64.urlsafe_b64encode(signature).rstrip(b"=")])
+    response = rs256.get("/v1/products", headers=_as(forged.decode()))
+    body = assert_problem(response, 401)
+    assert "alg" in body["detail"]
+
+
+def test_a_token_signed_by_another_key_is_401(rs256, keys):
+    token = jwt.encode(_claims(), keys["stranger"][0], algorithm="RS256")
+    assert_problem(rs256.get("/v1/products", headers=_as(token)), 401)
+
+
+def test_a_trusted_issuers_token_is_accepted_within_its_scopes(rs256, keys):
+    token = jwt.encode(
+        _claims(iss=EXTERNAL, sub="warehouse-robot", scope="products:read"),
+        keys["idp"][0],
+        algorithm="RS256",
+        headers={"kid": "idp-1"},
+    )
+    assert rs256.get("/v1/products", headers=_as(token)).status_code == 200
+    assert_problem(rs256.get("/v1/orders", headers=_as(token)), 403)
+
+
+@pytest.mark.parametrize(
+    ("signer", "claims", "kid"),
+    [
+        ("stranger", {"iss": EXTERNAL}, "idp-1"),  # a trusted issuer's name, the wrong key
+        ("idp", {"iss": EXTERNAL}, "unknown-kid"),
+        ("idp", {"iss": "https://untrusted.example.com"}, "idp-1"),
+        ("idp", {"iss": EXTERNAL, "aud": "another-api"}, "idp-1"),
+        ("idp", {"iss": EXTERNAL, "exp": int(time.time()) - 3600}, "idp-1"),
+    ],
+)
+def test_an_external_token_is_401_unless_everything_checks_out(rs256, keys, signer, claims, kid):
+    token = jwt.encode(_claims(**claims), keys[signer][0], algorithm="RS256", headers={"kid": kid})
+    assert_problem(rs256.get("/v1/products", headers=_as(token)), 401)
+
+
+def test_a_trusted_issuers_jwks_is_fetched_from_its_url(app, database_url, keys):
+    with _serving(_jwks_of(keys["idp"][1], "idp-1")) as url:
+        settings = Settings(
+            database_url=database_url, jwt_secret=b"x" * 32, oauth_trusted_issuers={EXTERNAL: url}
+        )
+        client = create_app(settings).test_client()
+        token = jwt.encode(
+            _claims(iss=EXTERNAL, sub="robot", scope="products:read"),
+            keys["idp"][0],
+            algorithm="RS256",
+            headers={"kid": "idp-1"},
+        )
+        assert client.get("/v1/products", headers=_as(token)).status_code == 200
+
+
+def test_hs256_publishes_no_key(client):
+    response = client.get("/.well-known/jwks.json")
+    assert response.status_code == 200
+    assert response.json() == {"keys": []}
+
+
+def test_the_first_admin_is_created_at_start_up_once(app, database_url):
+    settings = Settings(
+        database_url=database_url, admin_email="Root@Example.com", admin_password="root-password"
+    )
+    create_app(settings)
+    client = create_app(settings).test_client()  # a second worker starting: no duplicate
+    response = client.post(
+        "/v1/oauth/token",
+        data={
+            "grant_type": "password",
+            "username": "root@example.com",
+            "password": "root-password",
+        },
+    )
+    assert response.status_code == 200, response.text
+    assert "admin" in response.json()["scope"].split()
+    token = response.json()["access_token"]
+    users = client.get("/v1/users", headers=_as(token)).json()
+    assert [(u["email"], u["role"]) for u in users["data"]] == [("root@example.com", "admin")]
