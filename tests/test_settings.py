@@ -29,6 +29,14 @@ def test_values_come_from_the_environment():
         ("VALIDATE_RESPONSES", "maybe"),
         ("DATABASE_POOL_SIZE", "lots"),
         ("DATABASE_POOL_SIZE", "0"),
+        ("JWT_SECRET", "too-short"),
+        ("JWT_PRIVATE_KEY", "/nonexistent/private.pem"),
+        ("JWT_ISSUER", " "),
+        ("ACCESS_TOKEN_TTL", "5"),
+        ("REFRESH_TOKEN_TTL", "forever"),
+        ("OAUTH_TRUSTED_ISSUERS", "https://idp.example.com"),
+        ("OAUTH_TRUSTED_ISSUERS", '{"https://idp.example.com": 1}'),
+        ("ADMIN_EMAIL", "root@example.com"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(name, value):
@@ -44,3 +52,33 @@ def test_the_cursor_secret_comes_from_the_environment_and_must_be_long():
 
 def test_without_a_cursor_secret_each_process_generates_one():
     assert Settings.from_env({}).cursor_secret != Settings.from_env({}).cursor_secret
+
+
+def test_security_settings_come_from_the_environment(tmp_path):
+    settings = Settings.from_env(
+        {
+            "JWT_SECRET": "j" * 32,
+            "JWT_ISSUER": "https://shop.example.com",
+            "JWT_AUDIENCE": "shop-api",
+            "ACCESS_TOKEN_TTL": "300",
+            "OAUTH_TRUSTED_ISSUERS": '{"https://idp.example.com": "/etc/idp-jwks.json"}',
+            "ADMIN_EMAIL": "root@example.com",
+            "ADMIN_PASSWORD": "root-password",
+        }
+    )
+    assert settings.jwt_secret == b"j" * 32
+    assert (settings.jwt_issuer, settings.jwt_audience) == ("https://shop.example.com", "shop-api")
+    assert settings.access_token_ttl == 300
+    assert settings.oauth_trusted_issuers == {"https://idp.example.com": "/etc/idp-jwks.json"}
+    assert (settings.admin_email, settings.admin_password) == ("root@example.com", "root-password")
+
+
+def test_rs256_needs_both_keys_as_pem_files(tmp_path):
+    pem = tmp_path / "key.pem"
+    pem.write_text("-----BEGIN PUBLIC KEY-----\n...\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(ConfigurationError, match="JWT_PRIVATE_KEY"):
+        Settings.from_env({"JWT_PUBLIC_KEY": str(pem)})
+    not_pem = tmp_path / "key.txt"
+    not_pem.write_text("hello")
+    with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY must name a PEM file"):
+        Settings.from_env({"JWT_PRIVATE_KEY": str(pem), "JWT_PUBLIC_KEY": str(not_pem)})
