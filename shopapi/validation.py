@@ -60,6 +60,15 @@ def _text_errors(instance, path=()):
             yield from _text_errors(value, (*path, index))
 
 
+def _detail(error: ValidationError) -> str:
+    """What is wrong, in jsonschema's words, except that a secret (a password) is not quoted
+    back: the message would carry it into the response and any log of it."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if schema.get("format") == "password" or schema.get("writeOnly"):
+        return f"does not satisfy {error.validator} {error.validator_value!r}"
+    return error.message
+
+
 def _refuse_constant(name):
     raise ValueError(f"{name} is not JSON")
 
@@ -91,7 +100,7 @@ class RequestBodyValidator(JSONRequestBodyValidator):
             raise BadRequestProblem("The request body must not be empty.")
         errors = list(_text_errors(body))
         for error in sorted(self._validator.iter_errors(body), key=lambda e: list(e.path)):
-            errors.append({"pointer": pointer(error.path), "detail": error.message})
+            errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
         if errors:
             raise ValidationProblem(errors)
         return body
@@ -127,12 +136,20 @@ class ParameterValidator(ConnexionParameterValidator):
 
 
 class FormValidator(FormDataValidator):
-    """Strict validation refuses undeclared form fields only where the schema does: the OAuth
-    token endpoint must ignore parameters it does not know (RFC 6749 3.2)."""
+    """Form bodies (the OAuth token request): every error listed, none logged — Connexion's
+    form validator logs each failing value, passwords included. Undeclared fields are refused
+    only where the schema says so: a token endpoint must ignore parameters it does not know
+    (RFC 6749 3.2)."""
 
-    def _validate_params_strictly(self, data: dict) -> None:
-        if self._schema.get("additionalProperties") is False:
-            super()._validate_params_strictly(data)
+    def _validate(self, body):
+        if self._strict_validation and self._schema.get("additionalProperties") is False:
+            self._validate_params_strictly(body)
+        errors = list(_text_errors(body))
+        for error in sorted(self._validator.iter_errors(body), key=lambda e: list(e.path)):
+            errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
+        if errors:
+            raise ValidationProblem(errors)
+        return body
 
 
 validator_map = {

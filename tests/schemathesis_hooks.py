@@ -1,10 +1,22 @@
 """Hooks for the contract fuzzing (named in schemathesis.toml)."""
 
+import os
+
 import schemathesis
 
 # A cursor is valid only as the API issued it (signed, bound to its filters and sort), so every
 # generated one is a documented 400 that no schema can express — and so is one next to `page`.
 # The generators drop it; tests/test_list_edges.py covers cursors.
+
+# The run's own API key and its owner (see tests/test_contract.py): an operation that would
+# revoke the key, or delete, replace or demote its owner, is pointed at another id instead.
+_PROTECTED = {
+    "revoke_api_key": os.environ.get("FUZZ_PROTECTED_API_KEY"),
+    "delete_user": os.environ.get("FUZZ_PROTECTED_USER"),
+    "replace_user": os.environ.get("FUZZ_PROTECTED_USER"),
+    "update_user": os.environ.get("FUZZ_PROTECTED_USER"),
+}
+_ELSEWHERE = 2_000_000_000
 
 
 @schemathesis.hook
@@ -19,4 +31,7 @@ def map_case(context, case):
     # The coverage phase builds cases without the query hooks.
     if case.query:
         case.query.pop("cursor", None)
+    protected = _PROTECTED.get(case.operation.definition.raw.get("operationId"))
+    if protected and case.path_parameters and str(case.path_parameters.get("id")) == protected:
+        case.path_parameters["id"] = _ELSEWHERE
     return case

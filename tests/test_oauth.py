@@ -245,9 +245,14 @@ def test_no_secret_reaches_a_log_line(anonymous, customer, erp, caplog):
     anonymous.post(
         TOKEN, data={"grant_type": "refresh_token", "refresh_token": token["refresh_token"]}
     )
+    too_long = "carol-password" * 50
+    refused = _password_grant(anonymous, "carol@example.com", too_long, client_secret=too_long)
+    assert refused.status_code == 400
+    assert too_long not in refused.text
     logged = "\n".join(record.getMessage() for record in caplog.records)
     for secret in (
         "carol-password",
+        too_long,
         "wrong-password-here",
         token["access_token"],
         token["refresh_token"],

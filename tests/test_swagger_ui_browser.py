@@ -99,17 +99,17 @@ def authorise_with_password(page, base: str):
     section.get_by_label("password:").fill(ADMIN["ADMIN_PASSWORD"])
     section.get_by_text("select all").click()
 
-    # What Swagger UI sent to the token endpoint and what came back, for the failure message:
-    # a token request that never gets an answer leaves nothing else to go on.
+    # What Swagger UI sent to the token endpoint and what came back, for the failure message: a
+    # 401 carrying `WWW-Authenticate: Basic` makes the browser hold the answer back for its own
+    # sign-in prompt, so the page would show nothing at all. Form field names only.
     exchanges = []
     token_url = f"{base}/v1/oauth/token"
 
     def sent(request):
         if request.url == token_url:
-            fields = sorted(k.split("=")[0] for k in (request.post_data or "").split("&"))
-            exchanges.append(
-                {"authorization": request.headers.get("authorization"), "form": fields}
-            )
+            form = sorted(pair.split("=")[0] for pair in (request.post_data or "").split("&"))
+            authorization = request.headers.get("authorization")
+            exchanges.append({"authorization": authorization, "form": form, "status": None})
 
     def answered(response):
         if response.url == token_url and exchanges:
@@ -121,7 +121,9 @@ def authorise_with_password(page, base: str):
     try:
         expect(section.get_by_role("button", name="Logout")).to_be_visible()
     except AssertionError:
-        pytest.fail(f"Swagger UI's password flow did not authorise; token requests: {exchanges}")
+        raise AssertionError(
+            f"Swagger UI's password flow did not authorise; token requests: {exchanges}"
+        ) from None
     expect(section.get_by_role("heading", name="Authorized")).to_be_visible()
     close_dialog(page, dialog)
 
