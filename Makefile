@@ -3,6 +3,10 @@
 PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The first admin, created at start-up if absent (demo values; set your own).
+ADMIN_EMAIL ?= admin@example.com
+ADMIN_PASSWORD ?= admin-pass
+export ADMIN_EMAIL ADMIN_PASSWORD
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -27,6 +31,9 @@ run: seed serve
 
 serve: install
 	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
+	@echo "A token: curl -s http://$(HOST):$(PORT)/v1/oauth/token -d grant_type=password \\"
+	@echo "           --data-urlencode username=$(ADMIN_EMAIL) --data-urlencode password=<ADMIN_PASSWORD>"
+	@echo "  (demo password: admin-pass. In the docs, Authorize under oauth2 (password).)"
 	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log
 
 test: install
@@ -39,7 +46,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/openapi-spec-validator spec/openapi.yaml
+	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/well-known.yaml
 
 clean:
 	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis

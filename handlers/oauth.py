@@ -56,8 +56,9 @@ def _client(body: dict) -> OAuthClient | None:
         client_id, _, secret = (unquote_plus(part) for part in pair.partition(":"))
     else:
         client_id, secret = body.get("client_id", ""), body.get("client_secret", "")
-        if not client_id and not secret:
-            return None
+    if not client_id and not secret:
+        # No client, or Swagger UI's empty `Basic Og==` (":") when its client fields are blank.
+        return None
     client = OAuthClient.authenticate(client_id, secret) if client_id and secret else None
     if client is None:
         challenge = {"WWW-Authenticate": 'Basic realm="shopapi"'} if basic else {}

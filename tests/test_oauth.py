@@ -266,3 +266,17 @@ def test_a_token_request_without_a_form_is_a_problem(anonymous):
     assert anonymous.post(TOKEN).status_code == 400
     response = anonymous.post(TOKEN, json={"grant_type": "password"})
     assert response.status_code == 415
+
+
+def test_an_empty_basic_client_is_no_client(anonymous, customer):
+    """Swagger UI sends `Authorization: Basic Og==` (":") when its client fields are blank."""
+    response = anonymous.post(
+        TOKEN,
+        data={
+            "grant_type": "password",
+            "username": "carol@example.com",
+            "password": "carol-password",
+        },
+        headers={"Authorization": "Basic Og=="},
+    )
+    assert response.status_code == 200, response.text
