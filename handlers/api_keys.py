@@ -1,4 +1,5 @@
-"""Partner API keys: issued by an admin, shown once, kept as a hash, revocable."""
+"""Partner API keys: issued by an admin, shown once, kept as a hash, revocable. A revoked key
+stays on record in the table but is gone from the API (404)."""
 
 import datetime
 
@@ -17,14 +18,17 @@ def represent(key: ApiKey) -> dict:
         "scopes": key.scopes.split(),
         "owner_id": key.owner_id,
         "expires_at": key.expires_at,
-        "revoked_at": key.revoked_at,
         "created_at": key.created_at,
         "updated_at": key.updated_at,
     }
 
 
+def _unrevoked():
+    return ApiKey.select().where(ApiKey.revoked_at.is_null())
+
+
 def list_api_keys(**params):
-    return list_response(ApiKey, ApiKey.select(), params, represent)
+    return list_response(ApiKey, _unrevoked(), params, represent)
 
 
 def create_api_key(body):
@@ -42,8 +46,8 @@ def create_api_key(body):
 
 
 def get_api_key(id):
-    return represent(ApiKey.get_by_id(id))
+    return represent(_unrevoked().where(ApiKey.id == id).get())
 
 
 def revoke_api_key(id):
-    ApiKey.get_by_id(id).revoke()
+    _unrevoked().where(ApiKey.id == id).get().revoke()

@@ -31,7 +31,12 @@ def map_case(context, case):
     # The coverage phase builds cases without the query hooks.
     if case.query:
         case.query.pop("cursor", None)
+    return case
+
+
+@schemathesis.hook
+def before_call(context, case, **kwargs):
+    # Every phase's requests pass here, the stateful phase's (ids taken from links) included.
     protected = _PROTECTED.get(case.operation.definition.raw.get("operationId"))
     if protected and case.path_parameters and str(case.path_parameters.get("id")) == protected:
         case.path_parameters["id"] = _ELSEWHERE
-    return case
