@@ -4,6 +4,9 @@ from models.base import BaseModel
 from models.errors import Conflict, OutOfStock
 from models.fields import utc_now
 
+# The largest stock a product holds: the contract's bound, and PostgreSQL's `integer`.
+MAX_STOCK = 2**31 - 1
+
 
 class Product(BaseModel):
     sku = peewee.CharField(max_length=32, unique=True)
@@ -40,7 +43,11 @@ class Product(BaseModel):
 
     @classmethod
     def return_stock(cls, product_id: int, quantity: int) -> None:
-        returned = cls.update(stock=cls.stock + quantity, updated_at=utc_now())
+        # Stock saturates at the column's maximum: a count set to the maximum while an order
+        # held units cannot take them back without overflowing (a cancel must not fail on it).
+        room = MAX_STOCK - quantity
+        stock = peewee.Case(None, [(cls.stock > room, MAX_STOCK)], cls.stock + quantity)
+        returned = cls.update(stock=stock, updated_at=utc_now())
         returned.where(cls.id == product_id).execute()
 
     def delete_unreferenced(self) -> None:

@@ -108,6 +108,17 @@ def test_cancelling_gives_the_stock_back_once(client, first):
     assert stock_of(client, product) == 5
 
 
+def test_stock_returned_by_a_cancel_saturates_at_the_maximum(client):
+    """Found by the contract fuzzer: stock set to the maximum while an order held two units."""
+    user = create_user(client)
+    product = create_product(client, stock=5)
+    order = place_order(client, user, (product, 2)).json()
+    client.patch(f"/v1/products/{product['id']}", json={"stock": 2**31 - 1})
+    response = client.patch(f"/v1/orders/{order['id']}", json={"status": "cancelled"})
+    assert response.status_code == 200, response.text
+    assert stock_of(client, product) == 2**31 - 1
+
+
 def test_put_replaces_status_and_note(client):
     user = create_user(client)
     order = place_order(client, user, (create_product(client), 1), note="first").json()
