@@ -28,6 +28,8 @@ def _credentials(client, scheme: str) -> tuple[str, dict]:
     """An admin's bearer token or API key, and the ids the fuzzer must leave alone
     (tests/schemathesis_hooks.py): deleting or demoting the admin, or revoking the key, would
     end the run's credentials."""
+    # The spec's examples name user 1: let that be one the fuzzer may delete, not its admin.
+    create_user(client)
     admin = create_user(client, role="admin")
     protected = {"FUZZ_PROTECTED_USER": str(admin["id"])}
     if scheme == "bearer":
@@ -75,6 +77,8 @@ def test_schemathesis_finds_no_failure(client, database_url, scheme, phases):
         )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert "Failures:" not in run.stdout, run.stdout[-4000:]
+    if scheme != "bearer":
+        return  # two phases: too few requests per operation for its data warnings to mean much
     # One kind of warning is expected: "mostly rejected" for the two operations whose valid
     # requests need stored data no schema can hold (a password or client secret; existing user
     # and product ids). Any other warning is a finding.
