@@ -4,7 +4,7 @@ PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The first admin, created at start-up if absent (demo values; set your own). Given to the
-# server only, not to the tests' own servers.
+# server and its set-up steps, not to the servers the tests start.
 ADMIN_EMAIL ?= admin@example.com
 ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
@@ -29,8 +29,8 @@ seed: migrate
 
 run: seed serve
 
-serve: export ADMIN_EMAIL := $(ADMIN_EMAIL)
-serve: export ADMIN_PASSWORD := $(ADMIN_PASSWORD)
+migrate seed serve: export ADMIN_EMAIL := $(ADMIN_EMAIL)
+migrate seed serve: export ADMIN_PASSWORD := $(ADMIN_PASSWORD)
 serve: install
 	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
 	@echo "A token: curl -s http://$(HOST):$(PORT)/v1/oauth/token -d grant_type=password \\"
