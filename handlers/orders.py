@@ -53,10 +53,7 @@ def _check_status_change(body: dict, order: Order) -> None:
 
 
 def list_orders(**params):
-    orders = Order.select()
-    principal = current_principal()
-    if not principal.is_admin:
-        orders = orders.where(Order.user == principal.user_id)
+    orders = current_principal().only_reachable(Order.select(), Order.user)
     return list_response(Order, orders, params, represent, fetch=_with_items)
 
 

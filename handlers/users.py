@@ -34,10 +34,7 @@ def _check_role_change(body: dict, user: User) -> None:
 
 
 def list_users(**params):
-    users = User.select()
-    principal = current_principal()
-    if not principal.is_admin:
-        users = users.where(User.id == principal.user_id)
+    users = current_principal().only_reachable(User.select(), User.id)
     return list_response(User, users, params, represent)
 
 

@@ -55,6 +55,10 @@ class Principal:
         """May this caller see and change what belongs to `user_id`?"""
         return self.is_admin or (self.user_id is not None and self.user_id == user_id)
 
+    def only_reachable(self, query, owner_field):
+        """`query` narrowed to rows this caller reaches, `owner_field` naming their user."""
+        return query if self.is_admin else query.where(owner_field == self.user_id)
+
 
 def current_principal() -> Principal:
     info = connexion.context.context["token_info"]
@@ -65,12 +69,13 @@ def current_principal() -> Principal:
 
 def token_info(token: str, request) -> dict:
     """x-tokenInfoFunc: the claims of a valid bearer token (401 otherwise)."""
+    tokens = tokens_of(request.scope)
     try:
-        claims = tokens_of(request.scope).verify(token)
+        claims = tokens.verify(token)
     except InvalidToken as error:
         raise OAuthProblem(detail=str(error)) from None
     subject = claims["sub"]
-    issued_here = claims["iss"] == tokens_of(request.scope).issuer
+    issued_here = claims["iss"] == tokens.issuer
     user_id = int(subject) if issued_here and subject.isdigit() else None
     return {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
 

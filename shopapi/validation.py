@@ -69,6 +69,14 @@ def _detail(error: ValidationError) -> str:
     return error.message
 
 
+def body_errors(validator, body) -> list[dict]:
+    """Every problem with a request body, each with a JSON pointer, text problems first."""
+    errors = list(_text_errors(body))
+    for error in sorted(validator.iter_errors(body), key=lambda e: list(e.path)):
+        errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
+    return errors
+
+
 def _refuse_constant(name):
     raise ValueError(f"{name} is not JSON")
 
@@ -98,9 +106,7 @@ class RequestBodyValidator(JSONRequestBodyValidator):
     def _validate(self, body):
         if body is None and not self._nullable:
             raise BadRequestProblem("The request body must not be empty.")
-        errors = list(_text_errors(body))
-        for error in sorted(self._validator.iter_errors(body), key=lambda e: list(e.path)):
-            errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
+        errors = body_errors(self._validator, body)
         if errors:
             raise ValidationProblem(errors)
         return body
@@ -144,9 +150,7 @@ class FormValidator(FormDataValidator):
     def _validate(self, body):
         if self._strict_validation and self._schema.get("additionalProperties") is False:
             self._validate_params_strictly(body)
-        errors = list(_text_errors(body))
-        for error in sorted(self._validator.iter_errors(body), key=lambda e: list(e.path)):
-            errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
+        errors = body_errors(self._validator, body)
         if errors:
             raise ValidationProblem(errors)
         return body

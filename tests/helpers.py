@@ -1,6 +1,9 @@
 """Requests the tests make often, through the API itself, and the credentials they use."""
 
+import base64
 import itertools
+import json
+import time
 
 from models.user import ROLE_SCOPES, SCOPES
 from shopapi.settings import Settings
@@ -12,6 +15,26 @@ _serial = itertools.count(1)
 # is good for all of them.
 JWT_SECRET = "tests-only-secret-0123456789abcdef"
 TOKENS = AccessTokens(Settings(jwt_secret=JWT_SECRET.encode()))
+
+
+def claims(**changes) -> dict:
+    """The claims of a valid admin token of ours; a change to None leaves that claim out."""
+    now = int(time.time())
+    valid = {
+        "iss": "shopapi",
+        "aud": "shopapi",
+        "sub": "client:tests",
+        "iat": now,
+        "exp": now + 300,
+        "scope": " ".join(SCOPES),
+    }
+    return {k: v for k, v in {**valid, **changes}.items() if v is not None}
+
+
+def segment(value) -> str:
+    """A JWT segment: base64url JSON without padding, for tokens jose would refuse to make."""
+    encoded = base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode())
+    return encoded.rstrip(b"=").decode()
 
 
 def bearer(subject: str = "client:tests", scopes=SCOPES) -> dict:

@@ -2,6 +2,8 @@
 
 import base64
 import contextlib
+import hashlib
+import hmac
 import http.server
 import json
 import threading
@@ -10,11 +12,10 @@ import time
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from helpers import assert_problem, create_user
+from helpers import assert_problem, claims, create_user, segment
 from jose import jwk, jwt
 
 from app import create_app
-from models.user import SCOPES
 from shopapi.settings import Settings
 
 EXTERNAL = "https://idp.example.com"
@@ -82,19 +83,6 @@ def rs256(app, database_url, keys, tmp_path):
     return create_app(settings).test_client()
 
 
-def _claims(**changes) -> dict:
-    now = int(time.time())
-    return {
-        "iss": "shopapi",
-        "aud": "shopapi",
-        "sub": "client:tests",
-        "iat": now,
-        "exp": now + 300,
-        "scope": " ".join(SCOPES),
-        **changes,
-    }
-
-
 def _as(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
@@ -120,7 +108,7 @@ def test_rs256_tokens_verify_with_the_published_jwks(rs256, keys):
 
 def rs256_admin(rs256, keys):
     """The RS256 client, carrying an admin token signed with our private key."""
-    token = jwt.encode(_claims(), keys["ours"][0], algorithm="RS256")
+    token = jwt.encode(claims(), keys["ours"][0], algorithm="RS256")
     rs256.headers.update(_as(token))
     return rs256
 
@@ -128,26 +116,22 @@ def rs256_admin(rs256, keys):
 def test_an_hs256_token_keyed_with_the_public_key_is_401(rs256, keys):
     """The algorithm-confusion attack: HMAC with the RS256 public key as the secret."""
     public = keys["ours"][1]
-    header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=")
-    payload = base64.urlsafe_b64encode(json.dumps(_claims()).encode()).rstrip(b"=")
-    import hashlib
-    import hmac
-
-    signature = hmac.new(public.encode(), header + b"." + payload, hashlib.sha256).digest()
-    forged = b".".join([header, payload, base64.urlsafe_b64encode(signature).rstrip(b"=")])
-    response = rs256.get("/v1/products", headers=_as(forged.decode()))
+    signed = f"{segment({'alg': 'HS256', 'typ': 'JWT'})}.{segment(claims())}"
+    signature = hmac.new(public.encode(), signed.encode(), hashlib.sha256).digest()
+    forged = f"{signed}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+    response = rs256.get("/v1/products", headers=_as(forged))
     body = assert_problem(response, 401)
     assert "alg" in body["detail"]
 
 
 def test_a_token_signed_by_another_key_is_401(rs256, keys):
-    token = jwt.encode(_claims(), keys["stranger"][0], algorithm="RS256")
+    token = jwt.encode(claims(), keys["stranger"][0], algorithm="RS256")
     assert_problem(rs256.get("/v1/products", headers=_as(token)), 401)
 
 
 def test_a_trusted_issuers_token_is_accepted_within_its_scopes(rs256, keys):
     token = jwt.encode(
-        _claims(iss=EXTERNAL, sub="warehouse-robot", scope="products:read"),
+        claims(iss=EXTERNAL, sub="warehouse-robot", scope="products:read"),
         keys["idp"][0],
         algorithm="RS256",
         headers={"kid": "idp-1"},
@@ -157,7 +141,7 @@ def test_a_trusted_issuers_token_is_accepted_within_its_scopes(rs256, keys):
 
 
 @pytest.mark.parametrize(
-    ("signer", "claims", "kid"),
+    ("signer", "changes", "kid"),
     [
         ("stranger", {"iss": EXTERNAL}, "idp-1"),  # a trusted issuer's name, the wrong key
         ("idp", {"iss": EXTERNAL}, "unknown-kid"),
@@ -166,8 +150,8 @@ def test_a_trusted_issuers_token_is_accepted_within_its_scopes(rs256, keys):
         ("idp", {"iss": EXTERNAL, "exp": int(time.time()) - 3600}, "idp-1"),
     ],
 )
-def test_an_external_token_is_401_unless_everything_checks_out(rs256, keys, signer, claims, kid):
-    token = jwt.encode(_claims(**claims), keys[signer][0], algorithm="RS256", headers={"kid": kid})
+def test_an_external_token_is_401_unless_everything_checks_out(rs256, keys, signer, changes, kid):
+    token = jwt.encode(claims(**changes), keys[signer][0], algorithm="RS256", headers={"kid": kid})
     assert_problem(rs256.get("/v1/products", headers=_as(token)), 401)
 
 
@@ -178,7 +162,7 @@ def test_a_trusted_issuers_jwks_is_fetched_from_its_url(app, database_url, keys)
         )
         client = create_app(settings).test_client()
         token = jwt.encode(
-            _claims(iss=EXTERNAL, sub="robot", scope="products:read"),
+            claims(iss=EXTERNAL, sub="robot", scope="products:read"),
             keys["idp"][0],
             algorithm="RS256",
             headers={"kid": "idp-1"},
