@@ -12,10 +12,21 @@ from connexion.options import SwaggerUIOptions
 
 from models import User
 from models.db import close_connection, database, open_database, use
-from shopapi import problems, security
+from shopapi import logs, problems, security
+from shopapi.alerts import AlertWebhook
 from shopapi.body_limit import BodyLimitMiddleware
+from shopapi.cors import Cors
 from shopapi.jsonifier import CompactJsonifier
 from shopapi.list_contract import expand
+from shopapi.observability import ObservabilityMiddleware
+from shopapi.operations import Operations
+from shopapi.rate_limits import (
+    Counter,
+    FailedAuthMiddleware,
+    RateLimitHeadersMiddleware,
+    RateLimitMiddleware,
+    scaled,
+)
 from shopapi.request_id import RequestIdMiddleware
 from shopapi.resolver import HandlerResolver
 from shopapi.settings import Settings
@@ -25,9 +36,20 @@ from shopapi.validation import validator_map
 SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
 
+def _load(name: str) -> dict:
+    return yaml.safe_load((SPEC_DIR / name).read_text())
+
+
+def _base_path(spec: dict) -> str:
+    # Given to Connexion explicitly: left to read it from `servers`, Connexion routes every
+    # request to an API served at the root ("/") and none to the others.
+    return spec["servers"][0]["url"].rstrip("/")
+
+
 def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
+    logs.configure()
     settings = settings or Settings.from_env()
-    spec = expand(yaml.safe_load((SPEC_DIR / "openapi.yaml").read_text()))
+    spec = expand(_load("openapi.yaml"))
     use(open_database(settings.database_url, settings.database_pool_size))
 
     app = connexion.FlaskApp(
@@ -38,34 +60,85 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     )
     app.add_api(
         spec,
+        base_path=_base_path(spec),
         resolver=HandlerResolver(),
         strict_validation=True,
         validate_responses=settings.validate_responses,
     )
     # The well-known URIs live at the root, outside the versioned API, with no docs of their own.
-    app.add_api(
-        yaml.safe_load((SPEC_DIR / "well-known.yaml").read_text()),
-        resolver=HandlerResolver(),
-        strict_validation=True,
-        validate_responses=settings.validate_responses,
-        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
-    )
+    # The well-known URIs and the metrics live at the root, outside the versioned API, with no
+    # docs of their own.
+    root_specs = [_load("well-known.yaml")]
+    if settings.metrics_token:
+        root_specs.append(_load("metrics.yaml"))
+    for root_spec in root_specs:
+        app.add_api(
+            root_spec,
+            base_path=_base_path(root_spec),
+            resolver=HandlerResolver(),
+            strict_validation=True,
+            validate_responses=settings.validate_responses,
+            swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
+        )
     app.app.teardown_request(close_connection)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
-    security.install(app, AccessTokens(settings))
+    security.install(app, AccessTokens(settings), settings.metrics_token)
     if settings.admin_email:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)
 
-    app.add_middleware(
-        BodyLimitMiddleware,
-        position=MiddlewarePosition.BEFORE_ROUTING,
-        max_bytes=settings.max_body_bytes,
-    )
-    app.add_middleware(RequestIdMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
+    _add_traffic_middleware(app, settings, [spec, *root_specs])
     problems.register(app, spec)
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
     return app
+
+
+def _add_traffic_middleware(app: connexion.FlaskApp, settings: Settings, specs: list[dict]):
+    """Outside Connexion's exception handling, so that every response passes through them (an
+    error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS.
+    Then, once the operation is known, the body limit and the count of refused credentials
+    before the security checks, and the client's rate limit after them."""
+    operations = Operations(specs)
+    counter = Counter(settings.rate_limit_storage_uri)
+    alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
+
+    app.add_middleware(RequestIdMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
+    app.add_middleware(
+        ObservabilityMiddleware,
+        position=MiddlewarePosition.BEFORE_EXCEPTION,
+        operations=operations,
+        slow_request_ms=settings.slow_request_ms,
+        alerts=alerts,
+    )
+    app.add_middleware(RateLimitHeadersMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
+    if settings.cors_origins:
+        app.add_middleware(
+            Cors,
+            position=MiddlewarePosition.BEFORE_EXCEPTION,
+            origins=settings.cors_origins,
+            allow_credentials=settings.cors_allow_credentials,
+        )
+    app.add_middleware(
+        BodyLimitMiddleware,
+        position=MiddlewarePosition.BEFORE_SECURITY,
+        max_bytes=settings.max_body_bytes,
+    )
+    failed_auth_limit = specs[0].get("x-rate-limit-failed-auth")
+    if failed_auth_limit:
+        app.add_middleware(
+            FailedAuthMiddleware,
+            position=MiddlewarePosition.BEFORE_SECURITY,
+            counter=counter,
+            operations=operations,
+            limit=scaled(failed_auth_limit, settings.rate_limit_scale),
+        )
+    app.add_middleware(
+        RateLimitMiddleware,
+        position=MiddlewarePosition.BEFORE_VALIDATION,
+        counter=counter,
+        operations=operations,
+        scale=settings.rate_limit_scale,
+    )

@@ -7,7 +7,7 @@ whichever single route matched first (`Allow: GET, HEAD` on a path that also tak
 
 import re
 
-_HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+from shopapi.operations import HTTP_METHODS
 
 
 class AllowedMethods:
@@ -16,7 +16,7 @@ class AllowedMethods:
         self._paths = []
         for template, item in spec["paths"].items():
             pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(base + template))
-            methods = {m.upper() for m in item if m in _HTTP_METHODS}
+            methods = {m.upper() for m in item if m in HTTP_METHODS}
             if "GET" in methods:
                 methods.add("HEAD")
             self._paths.append((re.compile(pattern), ", ".join(sorted(methods))))

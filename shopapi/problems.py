@@ -43,6 +43,31 @@ def _describe(error: dict) -> str:
     return f"{where}: {error['detail']}"
 
 
+def problem_body(
+    status: int,
+    detail: str | None,
+    *,
+    instance: str,
+    request_id: str | None,
+    title: str | None = None,
+    type: str | None = None,
+    extensions: dict | None = None,
+) -> str:
+    """An RFC 9457 problem document."""
+    phrase = http.HTTPStatus(status).phrase
+    body = {
+        "type": type or "about:blank",
+        "title": title or phrase,
+        "status": status,
+        "detail": detail or phrase,
+        "instance": instance,
+        "request_id": request_id,
+        **(extensions or {}),
+    }
+    # ASCII escapes keep any odd character a client sent (lone surrogates included) encodable.
+    return json.dumps(body, ensure_ascii=True)
+
+
 def problem(
     request: ConnexionRequest,
     status: int,
@@ -53,22 +78,20 @@ def problem(
     headers: dict | None = None,
     extensions: dict | None = None,
 ) -> ConnexionResponse:
-    phrase = http.HTTPStatus(status).phrase
-    body = {
-        "type": type or "about:blank",
-        "title": title or phrase,
-        "status": status,
-        "detail": detail or phrase,
-        "instance": request.url.path,
-        "request_id": request_id_of(request.scope),
-        **(extensions or {}),
-    }
+    body = problem_body(
+        status,
+        detail,
+        instance=request.url.path,
+        request_id=request_id_of(request.scope),
+        title=title,
+        type=type,
+        extensions=extensions,
+    )
     return ConnexionResponse(
         status_code=status,
         mimetype="application/problem+json",
         content_type="application/problem+json",
-        # ASCII escapes keep any odd character a client sent (lone surrogates included) encodable.
-        body=json.dumps(body, ensure_ascii=True),
+        body=body,
         headers=headers or {},
     )
 

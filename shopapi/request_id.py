@@ -1,6 +1,8 @@
 """X-Request-ID: taken from the request when it looks like an id, else generated; echoed on
-every response (errors included) and available to every layer through the ASGI scope."""
+every response (errors included) and available to every layer through the ASGI scope, and to
+the log lines written while the request is handled through `current_request_id`."""
 
+import contextvars
 import re
 import uuid
 
@@ -9,6 +11,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 HEADER = b"x-request-id"
 # Anything else (too long, control characters, spaces) could forge log lines: replace it.
 _SANE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+
+current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "current_request_id", default=None
+)
 
 
 def request_id_of(scope: Scope) -> str | None:
@@ -34,4 +41,8 @@ class RequestIdMiddleware:
                 message["headers"] = [*headers, (HEADER, encoded)]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        token = current_request_id.set(request_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            current_request_id.reset(token)

@@ -11,6 +11,7 @@ through the ASGI scope, and run the API-key lookup off the event loop with its o
 """
 
 import dataclasses
+import hmac
 import weakref
 
 import anyio.to_thread
@@ -22,20 +23,28 @@ from models.db import database
 from models.user import ROLE_SCOPES
 from shopapi.tokens import AccessTokens, InvalidToken
 
-_tokens_of: "weakref.WeakKeyDictionary[object, AccessTokens]" = weakref.WeakKeyDictionary()
+
+@dataclasses.dataclass(frozen=True)
+class _Keys:
+    tokens: AccessTokens
+    metrics_token: str | None
+
+
+_keys_of: "weakref.WeakKeyDictionary[object, _Keys]" = weakref.WeakKeyDictionary()
 
 REALM = "shopapi"
 
 
-def install(app: connexion.FlaskApp, tokens: AccessTokens) -> None:
-    """Make `tokens` the keys of `app`'s security checks and handlers."""
-    _tokens_of[app.middleware] = tokens
+def install(app: connexion.FlaskApp, tokens: AccessTokens, metrics_token: str | None) -> None:
+    """Make `tokens` the keys of `app`'s security checks and handlers, and `metrics_token` the
+    one that reads its metrics."""
+    _keys_of[app.middleware] = _Keys(tokens, metrics_token)
     app.app.extensions["shopapi.tokens"] = tokens
 
 
 def tokens_of(scope) -> AccessTokens:
     """The token keys of the app serving this ASGI request scope."""
-    return _tokens_of[scope["app"]]
+    return _keys_of[scope["app"]].tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +103,14 @@ async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
     if not set(required_scopes or ()) <= scopes:
         raise OAuthScopeProblem(token_scopes=sorted(scopes), required_scopes=required_scopes)
     return {"sub": f"api-key:{key.id}", "scope": " ".join(sorted(scopes)), "user_id": key.owner_id}
+
+
+def metrics_token_info(token: str, request) -> dict | None:
+    """x-bearerInfoFunc of the metrics scrape: the configured METRICS_TOKEN (401 otherwise)."""
+    expected = _keys_of[request.scope["app"]].metrics_token
+    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        return None
+    return {"sub": "metrics-scraper", "scope": "", "user_id": None}
 
 
 def _find_api_key(secret: str):

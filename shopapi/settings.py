@@ -6,6 +6,7 @@ import logging
 import os
 import pathlib
 import secrets
+import urllib.parse
 from collections.abc import Mapping
 
 log = logging.getLogger("shopapi.settings")
@@ -65,6 +66,36 @@ def _trusted_issuers(name: str, raw: str) -> dict[str, str]:
     return issuers
 
 
+def _url(name: str, raw: str, schemes: tuple[str, ...]) -> str:
+    if urllib.parse.urlsplit(raw).scheme not in schemes or "://" not in raw:
+        raise ConfigurationError(f"{name} must be a URL starting with one of {', '.join(schemes)}")
+    return raw
+
+
+def _origins(name: str, raw: str) -> tuple[str, ...]:
+    origins = tuple(o.strip().rstrip("/") for o in raw.split(",") if o.strip())
+    for origin in origins:
+        parts = urllib.parse.urlsplit(origin)
+        if origin != "*" and (
+            parts.scheme not in ("http", "https") or not parts.netloc or parts.path
+        ):
+            raise ConfigurationError(
+                f"{name} must be * or comma-separated origins such as https://shop.example.com, "
+                f"not {origin!r}"
+            )
+    return origins
+
+
+def _positive_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0
+    if not 0 < value < 1e9:
+        raise ConfigurationError(f"{name} must be a positive number, not {raw!r}")
+    return value
+
+
 def _database_url(name: str, raw: str) -> str:
     if not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigurationError(
@@ -103,6 +134,21 @@ class Settings:
     # The first admin, created at start-up when no user has this email.
     admin_email: str | None = None
     admin_password: str | None = None
+    # Rate limits are declared in the spec; they are counted in this process (memory://) or in
+    # Redis (redis://host:6379/0), which every worker and host then shares.
+    rate_limit_storage_uri: str = "memory://"
+    # Multiplies every limit of the spec: load tests raise them, tests of the limits lower them.
+    rate_limit_scale: float = 1.0
+    # Browser origins allowed to call the API; empty is same-origin only, "*" is any (not
+    # together with credentials, which the Fetch standard forbids).
+    cors_origins: tuple[str, ...] = ()
+    cors_allow_credentials: bool = False
+    # Without a token, /metrics is not served by the API (scrape the separate METRICS_BIND
+    # listener of the production server instead).
+    metrics_token: str | None = None
+    # A response slower than this is logged as a warning, counted, and alerted on.
+    slow_request_ms: int = 500
+    alert_webhook_url: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
@@ -123,6 +169,7 @@ class Settings:
         else:
             log.warning("CURSOR_SECRET is not set: using a generated one (fine for one process)")
         values.update(_security_from_env(environ))
+        values.update(_traffic_from_env(environ))
         return cls(**values)
 
 
@@ -164,4 +211,39 @@ def _security_from_env(environ: Mapping[str, str]) -> dict:
             )
         values["admin_email"] = environ["ADMIN_EMAIL"]
         values["admin_password"] = environ["ADMIN_PASSWORD"]
+    return values
+
+
+def _traffic_from_env(environ: Mapping[str, str]) -> dict:
+    values = {}
+    if "RATELIMIT_STORAGE_URI" in environ:
+        values["rate_limit_storage_uri"] = _url(
+            "RATELIMIT_STORAGE_URI",
+            environ["RATELIMIT_STORAGE_URI"],
+            ("memory", "redis", "rediss", "redis+unix"),
+        )
+    if "RATE_LIMIT_SCALE" in environ:
+        values["rate_limit_scale"] = _positive_number(
+            "RATE_LIMIT_SCALE", environ["RATE_LIMIT_SCALE"]
+        )
+    if "CORS_ORIGINS" in environ:
+        values["cors_origins"] = _origins("CORS_ORIGINS", environ["CORS_ORIGINS"])
+    if "CORS_ALLOW_CREDENTIALS" in environ:
+        values["cors_allow_credentials"] = _boolean(
+            "CORS_ALLOW_CREDENTIALS", environ["CORS_ALLOW_CREDENTIALS"]
+        )
+    if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
+        raise ConfigurationError(
+            "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"
+        )
+    if "METRICS_TOKEN" in environ:
+        values["metrics_token"] = _secret("METRICS_TOKEN", environ["METRICS_TOKEN"]).decode()
+    if "SLOW_REQUEST_MS" in environ:
+        values["slow_request_ms"] = _integer(
+            "SLOW_REQUEST_MS", environ["SLOW_REQUEST_MS"], 0, 3_600_000
+        )
+    if "ALERT_WEBHOOK_URL" in environ:
+        values["alert_webhook_url"] = _url(
+            "ALERT_WEBHOOK_URL", environ["ALERT_WEBHOOK_URL"], ("http", "https")
+        )
     return values

@@ -8,7 +8,7 @@ import os
 
 import peewee
 import pytest
-from helpers import JWT_SECRET, bearer
+from helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
 from app import create_app
 from models import MODELS
@@ -58,9 +58,13 @@ def database_url(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def served(database_url):
     """The app for one backend, checking every response against the contract, and the database
-    object it is bound to."""
+    object it is bound to. Its rate limits are far above what the suite sends (test_traffic.py
+    tests them)."""
     settings = Settings(
-        database_url=database_url, validate_responses=True, jwt_secret=JWT_SECRET.encode()
+        database_url=database_url,
+        validate_responses=True,
+        jwt_secret=JWT_SECRET.encode(),
+        rate_limit_scale=RATE_LIMIT_SCALE,
     )
     app = create_app(settings)
     from models.db import database

@@ -10,7 +10,7 @@ import sys
 import time
 
 import httpx
-from helpers import JWT_SECRET
+from helpers import JWT_SECRET, RATE_LIMIT_SCALE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,13 @@ def live_server(database_url: str, **env):
             "warning",
         ],
         cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": JWT_SECRET, **env},
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "JWT_SECRET": JWT_SECRET,
+            "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
+            **env,
+        },
     )
     base = f"http://127.0.0.1:{port}"
     try:

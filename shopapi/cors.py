@@ -1,0 +1,73 @@
+"""CORS on every response: Starlette's CORSMiddleware (the one Connexion documents; Flask-CORS
+never sees the responses Connexion's middleware gives itself), placed outside Connexion's
+exception handling so errors carry the headers too. A refused preflight is a problem document
+rather than Starlette's plain text."""
+
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from shopapi.problems import problem_body
+from shopapi.request_id import request_id_of
+
+ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+# Beyond the CORS-safelisted ones (Accept, Content-Type, ...).
+ALLOWED_HEADERS = ("Authorization", "X-API-Key", "X-Request-ID")
+# The response headers a browser script may read.
+EXPOSED_HEADERS = (
+    "Link",
+    "Location",
+    "ETag",
+    "Retry-After",
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "RateLimit-Policy",
+    "WWW-Authenticate",
+    "X-Request-ID",
+)
+PREFLIGHT_MAX_AGE = 600
+
+
+class Cors(CORSMiddleware):
+    def __init__(self, app, origins: tuple[str, ...], allow_credentials: bool):
+        super().__init__(
+            app,
+            allow_origins=origins,
+            allow_methods=ALLOWED_METHODS,
+            allow_headers=ALLOWED_HEADERS,
+            allow_credentials=allow_credentials,
+            expose_headers=EXPOSED_HEADERS,
+            max_age=PREFLIGHT_MAX_AGE,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "OPTIONS"
+            and "origin" in headers
+            and "access-control-request-method" in headers
+        ):
+            response = self.preflight_response(request_headers=headers)
+            if response.status_code == 400:
+                response = _refusal(scope, response)
+            await response(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def _refusal(scope: Scope, refused: Response) -> Response:
+    # Starlette says "Disallowed CORS origin, method" in plain text.
+    what = refused.body.decode().removeprefix("Disallowed CORS ")
+    headers = {
+        k: v for k, v in refused.headers.items() if k not in ("content-length", "content-type")
+    }
+    body = problem_body(
+        400,
+        f"This cross-origin request is not allowed (its {what}).",
+        instance=scope["path"],
+        request_id=request_id_of(scope),
+    )
+    return Response(body, 400, headers=headers, media_type="application/problem+json")

@@ -1,0 +1,55 @@
+"""The service's logs: one JSON object per line on stdout, for a log shipper to read as is.
+
+Every record of the `shopapi` loggers carries `time`, `level`, `logger` and `message`, the id of
+the request it was written for (when there is one), and the fields passed as
+`extra={"fields": {...}}`. Only what a caller passes is written: never a header or a body.
+"""
+
+import datetime
+import logging
+import sys
+
+import orjson
+
+from shopapi.request_id import current_request_id
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = current_request_id.get()
+        if request_id is not None:
+            entry["request_id"] = request_id
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever sys.stdout is at the time (a test's captured stdout included)."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+
+def configure(level: int = logging.INFO) -> None:
+    """Send the `shopapi` loggers to stdout as JSON lines (once, however often it is called)."""
+    logger = logging.getLogger("shopapi")
+    logger.setLevel(level)
+    logger.propagate = False
+    if not any(isinstance(h, _StdoutHandler) for h in logger.handlers):
+        handler = _StdoutHandler()
+        handler.setFormatter(JsonFormatter())
+        logger.addHandler(handler)

@@ -1,0 +1,264 @@
+"""Rate limits as the spec declares them, counted per client with the `limits` engine.
+
+`x-rate-limit: 1000/minute` on an operation, or at the top of a spec for every operation that does
+not say, is a fixed window per client and operation; the client is the token's subject or the API
+key, else the address. `x-rate-limit-failed-auth` (top of the spec) caps the requests per address
+whose credentials are refused, so that guessing tokens or keys is throttled.
+
+This is ASGI middleware around Connexion's security layer rather than flask-limiter (which runs
+on the same `limits` engine): Flask never sees the requests that security or validation refuse,
+and those are exactly the failed attempts that must count.
+
+The counts live in memory or in Redis. When Redis fails, requests are served without a limit
+(fail open: the API stays up, the failure is logged and counted) and the store is tried again a
+second later, so limits resume when it returns.
+"""
+
+import dataclasses
+import logging
+import math
+import time
+
+import limits
+from connexion.exceptions import OAuthProblem, ProblemException
+from limits.aio.storage import Storage
+from limits.errors import StorageError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shopapi import metrics
+from shopapi.operations import Operations
+
+log = logging.getLogger("shopapi.rate_limits")
+
+# After a storage failure, requests go unlimited this long before the store is tried again: a
+# dead Redis then costs one failed call a second, not one per request.
+RETRY_STORAGE_AFTER = 1.0
+# Redis must answer within this, or the request goes on without a limit.
+REDIS_TIMEOUT = 0.25
+# Addresses blocked after failed authentication, kept in this process; beyond this many the
+# expired ones are dropped.
+MAX_BLOCKED_ADDRESSES = 10_000
+
+
+def scaled(limit: str, scale: float) -> limits.RateLimitItem:
+    """Parse "1000/minute" and multiply its amount by `scale` (at least 1)."""
+    item = limits.parse(limit)
+    return type(item)(max(1, round(item.amount * scale)), item.multiples)
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A client's use of one limit in its current window."""
+
+    limit: limits.RateLimitItem
+    count: int
+    reset_after: int  # seconds until the window starts over
+
+    @property
+    def exceeded(self) -> bool:
+        return self.count > self.limit.amount
+
+    def headers(self) -> dict[str, str]:
+        """The `RateLimit-*` headers (draft-ietf-httpapi-ratelimit-headers)."""
+        return {
+            "RateLimit-Limit": str(self.limit.amount),
+            "RateLimit-Remaining": str(max(0, self.limit.amount - self.count)),
+            "RateLimit-Reset": str(self.reset_after),
+            "RateLimit-Policy": f"{self.limit.amount};w={self.limit.get_expiry()}",
+        }
+
+
+class TooManyRequests(ProblemException):
+    def __init__(self, usage: Usage, detail: str):
+        super().__init__(
+            status=429,
+            title="Too Many Requests",
+            detail=detail,
+            headers={"Retry-After": str(max(1, usage.reset_after)), **usage.headers()},
+        )
+
+
+def _storage(uri: str) -> Storage:
+    if uri.startswith("memory"):
+        return limits.storage.storage_from_string("async+memory://")
+    return limits.storage.storage_from_string(
+        f"async+{uri}",
+        implementation="redispy",
+        key_prefix="shopapi",
+        wrap_exceptions=True,
+        socket_timeout=REDIS_TIMEOUT,
+        socket_connect_timeout=REDIS_TIMEOUT,
+        # redis-py retries a failed command with backoff by default; a limit is not worth the
+        # wait: fail open at once.
+        retry_on_error=[],
+        retry=None,
+    )
+
+
+class Counter:
+    """Counts hits in the storage, failing open."""
+
+    def __init__(self, storage_uri: str):
+        self.storage = _storage(storage_uri)
+        self._unavailable_until = 0.0
+
+    async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
+        """Count one hit; None when the storage is unavailable."""
+        if time.monotonic() < self._unavailable_until:
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            return None
+        key = limit.key_for(*identifiers)
+        try:
+            count = await self.storage.incr(key, limit.get_expiry())
+            reset_at = await self.storage.get_expiry(key)
+        except StorageError as error:
+            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            log.warning(
+                "rate limit storage unavailable, serving without limits: %s", error.storage_error
+            )
+            return None
+        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+def _subject(scope: Scope) -> str | None:
+    token_info = scope.get("extensions", {}).get("connexion_context", {}).get("token_info")
+    return token_info["sub"] if token_info else None
+
+
+class RateLimitMiddleware:
+    """Each operation's limit per client. Runs after the security checks, so the client is known;
+    the usage goes into the scope's state for RateLimitHeadersMiddleware to put on the response,
+    whichever layer makes it."""
+
+    def __init__(self, app: ASGIApp, counter: Counter, operations: Operations, scale: float):
+        self.app = app
+        self.counter = counter
+        self.operations = operations
+        self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        operation = self.operations.of(scope)
+        limit = self.limits.get(operation.id) if operation else None
+        if scope["type"] == "http" and limit is not None:
+            subject = _subject(scope)
+            client = f"sub:{subject}" if subject else f"address:{client_address(scope)}"
+            usage = await self.counter.hit(limit, operation.id, client)
+            if usage is not None:
+                if usage.exceeded:
+                    metrics.RATE_LIMITED.labels(operation.id, "client").inc()
+                    raise TooManyRequests(
+                        usage,
+                        f"This client may call this operation {limit.amount} times every "
+                        f"{limit.get_expiry()} seconds; try again in {usage.reset_after} seconds.",
+                    )
+                scope["state"]["rate_limit"] = usage
+        await self.app(scope, receive, send)
+
+
+def _presents_credentials(scope: Scope) -> bool:
+    return any(name in (b"authorization", b"x-api-key") for name, _ in scope["headers"])
+
+
+class FailedAuthMiddleware:
+    """Counts refused credentials (401) per address; once an address is over its limit, its
+    requests carrying credentials are refused with 429 before they are checked, until the window
+    ends.
+
+    The block is remembered in this process when the count that crossed the limit comes back, so
+    a request with credentials costs no storage call unless it fails. Each other worker lets at
+    most one more guess through before it learns of the block the same way.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        counter: Counter,
+        operations: Operations,
+        limit: limits.RateLimitItem,
+    ):
+        self.app = app
+        self.counter = counter
+        self.operations = operations
+        self.limit = limit
+        self._blocked: dict[str, tuple[float, Usage]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _presents_credentials(scope):
+            await self.app(scope, receive, send)
+            return
+        address = client_address(scope)
+        self._refuse_if_blocked(scope, address)
+        status = None
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        except (OAuthProblem, ProblemException) as error:
+            if error.status == 401:
+                await self._count_failure(address)
+            raise
+        if status == 401:  # a handler's refusal, such as the token endpoint's invalid_client
+            await self._count_failure(address)
+
+    def _refuse_if_blocked(self, scope: Scope, address: str) -> None:
+        blocked = self._blocked.get(address)
+        if blocked is None:
+            return
+        until, usage = blocked
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            del self._blocked[address]
+            return
+        operation = self.operations.of(scope)
+        metrics.RATE_LIMITED.labels(
+            operation.id if operation else metrics.NO_OPERATION, "failed_auth"
+        ).inc()
+        usage = dataclasses.replace(usage, reset_after=math.ceil(remaining))
+        raise TooManyRequests(
+            usage,
+            f"Too many failed authentication attempts from this address; try again in "
+            f"{usage.reset_after} seconds.",
+        )
+
+    async def _count_failure(self, address: str) -> None:
+        usage = await self.counter.hit(self.limit, "failed-auth", address)
+        if usage is not None and usage.count >= self.limit.amount:
+            if len(self._blocked) >= MAX_BLOCKED_ADDRESSES:
+                now = time.monotonic()
+                self._blocked = {a: b for a, b in self._blocked.items() if b[0] > now}
+            self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
+
+
+class RateLimitHeadersMiddleware:
+    """Puts the `RateLimit-*` headers of the request's usage on its response. It sits outside
+    Connexion's exception handling, so error responses made there (a 400 from validation, a 404)
+    carry them too."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+
+        async def send_with_headers(message: Message) -> None:
+            usage = state.get("rate_limit")
+            if message["type"] == "http.response.start" and usage is not None:
+                extra = [(k.lower().encode(), v.encode()) for k, v in usage.headers().items()]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
