@@ -10,7 +10,7 @@ ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve migrate seed test lint bench clean
+.PHONY: install run serve serve-prod migrate seed test lint bench clean
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -29,14 +29,18 @@ seed: migrate
 
 run: seed serve
 
-migrate seed serve: export ADMIN_EMAIL := $(ADMIN_EMAIL)
-migrate seed serve: export ADMIN_PASSWORD := $(ADMIN_PASSWORD)
+migrate seed serve serve-prod: export ADMIN_EMAIL := $(ADMIN_EMAIL)
+migrate seed serve serve-prod: export ADMIN_PASSWORD := $(ADMIN_PASSWORD)
 serve: install
 	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
 	@echo "A token: curl -s http://$(HOST):$(PORT)/v1/oauth/token -d grant_type=password \\"
 	@echo "           --data-urlencode username=$(ADMIN_EMAIL) --data-urlencode password=<ADMIN_PASSWORD>"
 	@echo "  (demo password: admin-pass. In the docs, Authorize under oauth2 (password).)"
 	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log
+
+# gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
+serve-prod: install
+	BIND=$(HOST):$(PORT) $(BIN)/gunicorn -c ops/gunicorn.conf.py 'app:create_app()'
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

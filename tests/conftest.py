@@ -6,6 +6,7 @@ fails, so a green CI always means both databases were exercised.
 
 import os
 
+import connexion
 import peewee
 import pytest
 from helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
@@ -95,3 +96,21 @@ def client(app):
 def anonymous(app):
     """A client with no credentials."""
     return app.test_client()
+
+
+@pytest.fixture
+def app_with(app, served, database_url):
+    """Build an app on this test's (emptied) database with some settings changed: for the
+    features whose settings the shared app leaves off."""
+
+    def build(**changes) -> "connexion.FlaskApp":
+        defaults = {
+            "database_url": database_url,
+            "validate_responses": True,
+            "jwt_secret": JWT_SECRET.encode(),
+            "rate_limit_scale": RATE_LIMIT_SCALE,
+        }
+        return create_app(Settings(**{**defaults, **changes}))
+
+    yield build
+    use(served[1])
