@@ -41,16 +41,21 @@ def breakable(database_url, tmp_path):
         yield f"sqlite:///{path}", cut, restore
 
 
+ORIGIN = "https://app.example.com"
+
+
 def assert_unavailable(response):
     assert_problem(response, 503)
     assert int(response.headers["retry-after"]) > 0
+    # A browser client may read this error too.
+    assert response.headers["access-control-allow-origin"] == ORIGIN
 
 
 def test_an_outage_is_503_and_the_server_heals_by_itself(app, database_url, tmp_path):
     with (
         breakable(database_url, tmp_path) as (url, cut, restore),
-        live_server(url) as base,
-        httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
+        live_server(url, CORS_ORIGINS=ORIGIN) as base,
+        httpx.Client(base_url=base, timeout=30, headers={**bearer(), "Origin": ORIGIN}) as http,
     ):
         for _ in range(3):  # open connections (pooled, on PostgreSQL) that the outage breaks
             assert http.get("/v1/products").status_code == 200

@@ -82,3 +82,44 @@ def test_rs256_needs_both_keys_as_pem_files(tmp_path):
     not_pem.write_text("hello")
     with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY must name a PEM file"):
         Settings.from_env({"JWT_PRIVATE_KEY": str(pem), "JWT_PUBLIC_KEY": str(not_pem)})
+
+
+def test_traffic_settings_come_from_the_environment():
+    settings = Settings.from_env(
+        {
+            "RATELIMIT_STORAGE_URI": "redis://cache:6379/1",
+            "RATE_LIMIT_SCALE": "2.5",
+            "CORS_ORIGINS": "https://a.example.com, https://b.example.com:8443/",
+            "CORS_ALLOW_CREDENTIALS": "true",
+            "METRICS_TOKEN": "m" * 24,
+            "SLOW_REQUEST_MS": "250",
+            "ALERT_WEBHOOK_URL": "http://alertmanager:9093/api/v2/alerts",
+        }
+    )
+    assert settings.rate_limit_storage_uri == "redis://cache:6379/1"
+    assert settings.rate_limit_scale == 2.5
+    assert settings.cors_origins == ("https://a.example.com", "https://b.example.com:8443")
+    assert settings.cors_allow_credentials is True
+    assert settings.metrics_token == "m" * 24
+    assert settings.slow_request_ms == 250
+    assert settings.alert_webhook_url == "http://alertmanager:9093/api/v2/alerts"
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({"RATELIMIT_STORAGE_URI": "memcached://x:11211"}, "RATELIMIT_STORAGE_URI"),
+        ({"RATELIMIT_STORAGE_URI": "redis"}, "RATELIMIT_STORAGE_URI"),
+        ({"RATE_LIMIT_SCALE": "0"}, "RATE_LIMIT_SCALE"),
+        ({"RATE_LIMIT_SCALE": "lots"}, "RATE_LIMIT_SCALE"),
+        ({"CORS_ORIGINS": "app.example.com"}, "CORS_ORIGINS"),
+        ({"CORS_ORIGINS": "https://app.example.com/path"}, "CORS_ORIGINS"),
+        ({"CORS_ORIGINS": "*", "CORS_ALLOW_CREDENTIALS": "1"}, "CORS_ORIGINS"),
+        ({"METRICS_TOKEN": "short"}, "METRICS_TOKEN"),
+        ({"SLOW_REQUEST_MS": "-1"}, "SLOW_REQUEST_MS"),
+        ({"ALERT_WEBHOOK_URL": "ftp://alerts.example.com"}, "ALERT_WEBHOOK_URL"),
+    ],
+)
+def test_a_bad_traffic_setting_is_refused_naming_the_variable(environ, name):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env(environ)
