@@ -21,8 +21,8 @@ from shopapi.list_contract import expand
 from shopapi.observability import ObservabilityMiddleware
 from shopapi.operations import Operations
 from shopapi.rate_limits import (
-    Counter,
     FailedAuthMiddleware,
+    LimitCounter,
     RateLimitHeadersMiddleware,
     RateLimitMiddleware,
     scaled,
@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)
 
-    _add_traffic_middleware(app, settings, [spec, *root_specs])
+    _add_traffic_middleware(app, settings, spec, root_specs)
     problems.register(app, spec)
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
@@ -96,13 +96,15 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     return app
 
 
-def _add_traffic_middleware(app: connexion.FlaskApp, settings: Settings, specs: list[dict]):
+def _add_traffic_middleware(
+    app: connexion.FlaskApp, settings: Settings, api_spec: dict, root_specs: list[dict]
+):
     """Outside Connexion's exception handling, so that every response passes through them (an
     error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS.
     Then, once the operation is known, the body limit and the count of refused credentials
     before the security checks, and the client's rate limit after them."""
-    operations = Operations(specs)
-    counter = Counter(settings.rate_limit_storage_uri)
+    operations = Operations([api_spec, *root_specs])
+    counter = LimitCounter(settings.rate_limit_storage_uri)
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
 
     app.add_middleware(RequestIdMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
@@ -126,7 +128,7 @@ def _add_traffic_middleware(app: connexion.FlaskApp, settings: Settings, specs: 
         position=MiddlewarePosition.BEFORE_SECURITY,
         max_bytes=settings.max_body_bytes,
     )
-    failed_auth_limit = specs[0].get("x-rate-limit-failed-auth")
+    failed_auth_limit = api_spec.get("x-rate-limit-failed-auth")
     if failed_auth_limit:
         app.add_middleware(
             FailedAuthMiddleware,

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi import metrics
 from shopapi.operations import Operations
+from shopapi.security import CREDENTIAL_HEADERS
 
 log = logging.getLogger("shopapi.rate_limits")
 
@@ -95,7 +96,7 @@ def _storage(uri: str) -> Storage:
     )
 
 
-class Counter:
+class LimitCounter:
     """Counts hits in the storage, failing open."""
 
     def __init__(self, storage_uri: str):
@@ -136,7 +137,7 @@ class RateLimitMiddleware:
     the usage goes into the scope's state for RateLimitHeadersMiddleware to put on the response,
     whichever layer makes it."""
 
-    def __init__(self, app: ASGIApp, counter: Counter, operations: Operations, scale: float):
+    def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
         self.app = app
         self.counter = counter
         self.operations = operations
@@ -162,7 +163,7 @@ class RateLimitMiddleware:
 
 
 def _presents_credentials(scope: Scope) -> bool:
-    return any(name in (b"authorization", b"x-api-key") for name, _ in scope["headers"])
+    return any(name.decode() in CREDENTIAL_HEADERS for name, _ in scope["headers"])
 
 
 class FailedAuthMiddleware:
@@ -178,7 +179,7 @@ class FailedAuthMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        counter: Counter,
+        counter: LimitCounter,
         operations: Operations,
         limit: limits.RateLimitItem,
     ):

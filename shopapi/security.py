@@ -121,8 +121,12 @@ def _find_api_key(secret: str):
 NO_CREDENTIALS = "This operation needs a bearer token (Authorization) or an API key (X-API-Key)."
 
 
+# The request headers that carry credentials, lower-cased.
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+
+
 def presented_credentials(request) -> bool:
-    return "authorization" in request.headers or "x-api-key" in request.headers
+    return any(name in request.headers for name in CREDENTIAL_HEADERS)
 
 
 def _quoted(text: str) -> str:

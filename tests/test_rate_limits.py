@@ -111,12 +111,16 @@ def test_the_token_endpoint_counts_per_address_whatever_the_outcome(limited):
 
 
 def test_refused_credentials_block_the_address_until_the_window_ends(app_with):
-    # 20 a minute scaled by 0.1 is 2 refused attempts.
-    client = app_with(rate_limit_scale=0.1).test_client()
+    # 20 a minute scaled by 0.15 is 3 refused attempts.
+    client = app_with(rate_limit_scale=0.15).test_client()
     no_credentials = client.get("/v1/products")
     assert_problem(no_credentials, 401)  # not an attempt: it does not count
     assert_problem(client.get("/v1/products", headers={"Authorization": "Bearer guess-1"}), 401)
     assert_problem(client.get("/v1/products", headers={"X-API-Key": "shk_guess-2"}), 401)
+    # A client secret refused by the token endpoint (a handler's 401, not security's) counts too.
+    form = {"grant_type": "client_credentials"}
+    refused_client = client.post("/v1/oauth/token", data=form, auth=("nobody", "guess-3"))
+    assert refused_client.status_code == 401
     # Blocked now, even with good credentials, and before they are checked.
     blocked = client.get("/v1/products", headers=_reader())
     body = assert_problem(blocked, 429)
