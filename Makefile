@@ -10,7 +10,7 @@ ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod migrate seed test lint bench clean
+.PHONY: install run serve serve-prod migrate seed test lint bench clean contract-snapshot
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -44,6 +44,11 @@ serve-prod: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# After an intended, compatible change to the v1 contract: make it the new baseline that
+# tests/test_contract_compatibility.py holds spec/ to.
+contract-snapshot: install
+	$(BIN)/python tests/contract_compatibility.py --write
 
 # Needs PostgreSQL (BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/shopapi_bench).
 bench: install
