@@ -20,7 +20,7 @@ import math
 import time
 
 import limits
-from connexion.exceptions import OAuthProblem, ProblemException
+from connexion.exceptions import ProblemException
 from limits.aio.storage import Storage
 from limits.errors import StorageError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -205,7 +205,7 @@ class FailedAuthMiddleware:
 
         try:
             await self.app(scope, receive, send_noting_status)
-        except (OAuthProblem, ProblemException) as error:
+        except ProblemException as error:  # 401s from security are raised, not sent
             if error.status == 401:
                 await self._count_failure(address)
             raise
