@@ -58,27 +58,20 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         jsonifier=CompactJsonifier(),
         validator_map=validator_map,
     )
-    app.add_api(
-        spec,
-        base_path=_base_path(spec),
-        resolver=HandlerResolver(),
-        strict_validation=True,
-        validate_responses=settings.validate_responses,
-    )
-    # The well-known URIs live at the root, outside the versioned API, with no docs of their own.
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own.
     root_specs = [_load("well-known.yaml")]
     if settings.metrics_token:
         root_specs.append(_load("metrics.yaml"))
-    for root_spec in root_specs:
+    no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
+    for served_spec, docs in [(spec, None), *((root, no_docs) for root in root_specs)]:
         app.add_api(
-            root_spec,
-            base_path=_base_path(root_spec),
+            served_spec,
+            base_path=_base_path(served_spec),
             resolver=HandlerResolver(),
             strict_validation=True,
             validate_responses=settings.validate_responses,
-            swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
+            swagger_ui_options=docs,
         )
     app.app.teardown_request(close_connection)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret

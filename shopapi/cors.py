@@ -30,6 +30,14 @@ EXPOSED_HEADERS = (
 PREFLIGHT_MAX_AGE = 600
 
 
+def is_preflight(scope: Scope) -> bool:
+    """A CORS preflight: OPTIONS with Origin and Access-Control-Request-Method."""
+    if scope["method"] != "OPTIONS":
+        return False
+    names = {name for name, _ in scope["headers"]}
+    return b"origin" in names and b"access-control-request-method" in names
+
+
 class Cors(CORSMiddleware):
     def __init__(self, app, origins: tuple[str, ...], allow_credentials: bool):
         super().__init__(
@@ -43,14 +51,8 @@ class Cors(CORSMiddleware):
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = Headers(scope=scope)
-        if (
-            scope["type"] == "http"
-            and scope["method"] == "OPTIONS"
-            and "origin" in headers
-            and "access-control-request-method" in headers
-        ):
-            response = self.preflight_response(request_headers=headers)
+        if scope["type"] == "http" and is_preflight(scope):
+            response = self.preflight_response(request_headers=Headers(scope=scope))
             if response.status_code == 400:
                 response = _refusal(scope, response)
             await response(scope, receive, send)

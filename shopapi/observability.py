@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi import metrics
 from shopapi.alerts import AlertWebhook
+from shopapi.cors import is_preflight
 from shopapi.operations import Operations
 from shopapi.rate_limits import client_address
 from shopapi.request_id import request_id_of
@@ -80,10 +81,7 @@ class ObservabilityMiddleware:
 
 
 def _unrouted(scope: Scope) -> str:
-    headers = dict(scope["headers"])
-    if scope["method"] == "OPTIONS" and b"access-control-request-method" in headers:
-        return metrics.PREFLIGHT
-    return metrics.NO_OPERATION
+    return metrics.PREFLIGHT if is_preflight(scope) else metrics.NO_OPERATION
 
 
 def _log_fields(scope: Scope, operation: str, route: str | None, status: int, seconds: float):
