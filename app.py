@@ -1,4 +1,5 @@
-"""The application factory: the Connexion app built from spec/openapi.yaml, wired to the
+"""The application factory: the Connexion app built from the specs in spec/ (each API version's
+and the root ones), wired to the
 handlers, the database and the cross-cutting middleware. Serve it with
 `uvicorn --factory app:create_app`."""
 
@@ -6,20 +7,21 @@ import logging
 import pathlib
 
 import connexion
-import yaml
 from connexion.middleware import MiddlewarePosition
 from connexion.options import SwaggerUIOptions
 
 from models import User
 from models.db import close_connection, database, open_database, use
-from shopapi import logs, problems, security
+from shopapi import logs, problems, security, spec_files
 from shopapi.alerts import AlertWebhook
+from shopapi.api_versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.body_limit import BodyLimitMiddleware
 from shopapi.cors import Cors
+from shopapi.deprecation import DeprecationMiddleware
 from shopapi.jsonifier import CompactJsonifier
 from shopapi.list_contract import expand
 from shopapi.observability import ObservabilityMiddleware
-from shopapi.operations import Operations
+from shopapi.operations import Operations, operations_of
 from shopapi.rate_limits import (
     FailedAuthMiddleware,
     LimitCounter,
@@ -29,7 +31,7 @@ from shopapi.rate_limits import (
 )
 from shopapi.request_id import RequestIdMiddleware
 from shopapi.resolver import HandlerResolver
-from shopapi.settings import Settings
+from shopapi.settings import ConfigurationError, Settings
 from shopapi.tokens import AccessTokens
 from shopapi.validation import validator_map
 
@@ -37,7 +39,7 @@ SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
 
 def _load(name: str) -> dict:
-    return yaml.safe_load((SPEC_DIR / name).read_text())
+    return spec_files.load(SPEC_DIR / name)
 
 
 def _base_path(spec: dict) -> str:
@@ -49,7 +51,13 @@ def _base_path(spec: dict) -> str:
 def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     logs.configure()
     settings = settings or Settings.from_env()
-    spec = expand(_load("openapi.yaml"))
+    if settings.default_api_version not in SPEC_FILES:
+        raise ConfigurationError(
+            f"API_DEFAULT_VERSION {settings.default_api_version} is not served: "
+            f"{', '.join(map(str, SPEC_FILES))}"
+        )
+    # Each version's contract, with the list language written into it.
+    api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
     use(open_database(settings.database_url, settings.database_pool_size))
 
     app = connexion.FlaskApp(
@@ -64,7 +72,11 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     if settings.metrics_token:
         root_specs.append(_load("metrics.yaml"))
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
-    for served_spec, docs in [(spec, None), *((root, no_docs) for root in root_specs)]:
+    served_specs = [
+        *((spec, None) for spec in api_specs),
+        *((root, no_docs) for root in root_specs),
+    ]
+    for served_spec, docs in served_specs:
         app.add_api(
             served_spec,
             base_path=_base_path(served_spec),
@@ -81,8 +93,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)
 
-    _add_traffic_middleware(app, settings, spec, root_specs)
-    problems.register(app, spec)
+    _add_traffic_middleware(app, settings, api_specs, root_specs)
+    problems.register(app, api_specs)
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
@@ -90,13 +102,15 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
 
 
 def _add_traffic_middleware(
-    app: connexion.FlaskApp, settings: Settings, api_spec: dict, root_specs: list[dict]
+    app: connexion.FlaskApp, settings: Settings, api_specs: list[dict], root_specs: list[dict]
 ):
     """Outside Connexion's exception handling, so that every response passes through them (an
-    error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS.
-    Then, once the operation is known, the body limit and the count of refused credentials
-    before the security checks, and the client's rate limit after them."""
-    operations = Operations([api_spec, *root_specs])
+    error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS,
+    the version (which gives an unversioned path its version before routing) and the
+    deprecation headers. Then, once the operation is known, the body limit and the count of
+    refused credentials before the security checks, and the client's rate limit after them."""
+    operations = Operations([*api_specs, *root_specs])
+    api_spec = api_specs[0]
     counter = LimitCounter(settings.rate_limit_storage_uri)
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
 
@@ -116,6 +130,16 @@ def _add_traffic_middleware(
             origins=settings.cors_origins,
             allow_credentials=settings.cors_allow_credentials,
         )
+    app.add_middleware(
+        ApiVersionMiddleware,
+        position=MiddlewarePosition.BEFORE_EXCEPTION,
+        served=tuple(SPEC_FILES),
+        default=settings.default_api_version,
+        unversioned=tuple(op.route for spec in root_specs for op in operations_of(spec)),
+    )
+    app.add_middleware(
+        DeprecationMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION, operations=operations
+    )
     app.add_middleware(
         BodyLimitMiddleware,
         position=MiddlewarePosition.BEFORE_SECURITY,

@@ -9,10 +9,12 @@ from connexion.exceptions import Forbidden
 
 from models import Order, OrderItem, User
 from shopapi.listing import list_response
+from shopapi.representations import versioned
 from shopapi.responses import created
 from shopapi.security import current_principal
 
 
+@versioned
 def represent(order: Order) -> dict:
     return {
         "id": order.id,

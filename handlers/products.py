@@ -2,9 +2,11 @@
 
 from models import Product
 from shopapi.listing import list_response
+from shopapi.representations import versioned
 from shopapi.responses import created
 
 
+@versioned
 def represent(product: Product) -> dict:
     return {
         "id": product.id,

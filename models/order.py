@@ -1,3 +1,5 @@
+from typing import ClassVar
+
 import peewee
 
 from models.base import BaseModel
@@ -25,6 +27,9 @@ class Order(BaseModel):
     total_cents = peewee.BigIntegerField()
     currency = peewee.CharField(max_length=3)
     note = peewee.TextField(null=True)
+
+    # Money in minor units and its currency: v2 shows them together as `total`.
+    money_fields: ClassVar = {"total": (total_cents, currency)}
 
     writable = ("status", "note")
 

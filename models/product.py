@@ -1,3 +1,5 @@
+from typing import ClassVar
+
 import peewee
 
 from models.base import BaseModel
@@ -17,6 +19,9 @@ class Product(BaseModel):
     stock = peewee.IntegerField(default=0)
     category = peewee.CharField(max_length=100, null=True)
     active = peewee.BooleanField(default=True)
+
+    # Money in minor units and its currency: v2 shows them together as `price`.
+    money_fields: ClassVar = {"price": (price_cents, currency)}
 
     writable = (
         "sku",

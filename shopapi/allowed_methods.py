@@ -11,15 +11,16 @@ from shopapi.operations import HTTP_METHODS
 
 
 class AllowedMethods:
-    def __init__(self, spec: dict):
-        base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
+    def __init__(self, specs: list[dict]):
         self._paths = []
-        for template, item in spec["paths"].items():
-            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(base + template))
-            methods = {m.upper() for m in item if m in HTTP_METHODS}
-            if "GET" in methods:
-                methods.add("HEAD")
-            self._paths.append((re.compile(pattern), ", ".join(sorted(methods))))
+        for spec in specs:
+            base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
+            for template, item in spec["paths"].items():
+                pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(base + template))
+                methods = {m.upper() for m in item if m in HTTP_METHODS}
+                if "GET" in methods:
+                    methods.add("HEAD")
+                self._paths.append((re.compile(pattern), ", ".join(sorted(methods))))
 
     def header_for(self, path: str) -> str | None:
         for pattern, allow in self._paths:

@@ -7,13 +7,15 @@ therefore complete — Swagger UI, schemathesis and Connexion's validation all s
 while the hand-written source stays short. The rules:
 
 - every property a response carries that is a scalar (not write-only, not an array or object)
-  can be filtered and sorted;
+  can be filtered and sorted, and so can the scalar properties of an object property, by a
+  dotted name (`price.amount` in v2);
 - `name=value` and `name[ne]=value` for every such property (`null` matches a missing value on
   a nullable one); `[lt] [lte] [gt] [gte]` for numbers, times and free text; `[in]` (a comma list)
   for all but booleans; `[contains]` for free text.
 """
 
 import copy
+import re
 
 ORDERED = ("lt", "lte", "gt", "gte")
 _MEANING = {
@@ -27,12 +29,21 @@ _MEANING = {
 }
 # A value PostgreSQL could not store cannot match anything either; refuse it like in bodies.
 _NO_NUL = "^[^\\x00]*$"
+# A decimal amount to compare with (format: decimal): up to four decimals compare exactly.
+_DECIMAL = "^-?[0-9]{1,14}(\\.[0-9]{1,4})?$"
 
 
 def _resolve(schema: dict, schemas: dict) -> dict:
+    """`schema` with its `$ref` followed and its `allOf` merged into one."""
     while "$ref" in schema:
         schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
-    return schema
+    if "allOf" not in schema:
+        return schema
+    merged = {}
+    for part in schema["allOf"]:
+        merged.update(_resolve(part, schemas))
+    merged.update({k: v for k, v in schema.items() if k != "allOf"})
+    return merged
 
 
 def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
@@ -45,8 +56,16 @@ def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
     return properties
 
 
-def filterable(properties: dict[str, dict]) -> dict[str, dict]:
-    return {n: s for n, s in properties.items() if s.get("type") not in ("array", "object")}
+def filterable(properties: dict[str, dict], schemas: dict) -> dict[str, dict]:
+    """The scalar properties, and those of object properties under dotted names."""
+    scalars = {}
+    for name, schema in properties.items():
+        if schema.get("type") == "object":
+            inner = listed_properties(schema, schemas)
+            scalars.update({f"{name}.{n}": s for n, s in filterable(inner, schemas).items()})
+        elif schema.get("type") != "array":
+            scalars[name] = schema
+    return scalars
 
 
 def operators_for(schema: dict) -> tuple[str, ...]:
@@ -67,7 +86,9 @@ def _value_schema(schema: dict) -> dict:
     for keyword in ("format", "enum"):
         if keyword in schema:
             value[keyword] = schema[keyword]
-    if value["type"] == "string" and "enum" not in value:
+    if value.get("format") == "decimal":
+        value["pattern"] = _DECIMAL
+    elif value["type"] == "string" and "enum" not in value:
         value["pattern"] = _NO_NUL
     if value["type"] == "integer":
         # What the databases can compare (64-bit), not what the field accepts.
@@ -95,13 +116,13 @@ def _filter_parameter(name: str, schema: dict, operator: str) -> dict:
 
 
 def _names_pattern(names, signed: bool) -> str:
-    choice = "|".join(names)
+    choice = "|".join(re.escape(name) for name in names)
     key = f"-?(?:{choice})" if signed else f"(?:{choice})"
     return f"^{key}(?:,{key})*$"
 
 
-def list_parameters(properties: dict[str, dict]) -> list[dict]:
-    sortable = filterable(properties)
+def list_parameters(properties: dict[str, dict], schemas: dict) -> list[dict]:
+    sortable = filterable(properties, schemas)
     parameters = [
         _filter_parameter(name, schema, operator)
         for name, schema in sortable.items()
@@ -149,5 +170,5 @@ def expand(spec: dict) -> dict:
             if isinstance(operation, dict) and "x-list-of" in operation:
                 resource = schemas[operation["x-list-of"]]
                 properties = listed_properties(resource, schemas)
-                operation.setdefault("parameters", []).extend(list_parameters(properties))
+                operation.setdefault("parameters", []).extend(list_parameters(properties, schemas))
     return spec

@@ -5,6 +5,7 @@ typed every parameter; this module turns them into Peewee expressions — never 
 answers the `{"data", "meta", "links"}` envelope with its RFC 8288 `Link` header.
 """
 
+import dataclasses
 import datetime
 import functools
 import math
@@ -13,8 +14,9 @@ from urllib.parse import urlencode
 
 import flask
 import peewee
+from connexion.decorators.parameter import sanitized
 
-from shopapi import cursors
+from shopapi import cursors, money
 from shopapi.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -26,12 +28,41 @@ def _bad(parameter: str, detail: str) -> ValidationProblem:
     return ValidationProblem([{"parameter": parameter, "detail": detail}])
 
 
-def _typed(parameter: str, field: peewee.Field, value):
-    """Connexion typed numbers and booleans; times are left as text."""
-    if value is None or not isinstance(field, peewee.DateTimeField):
+@dataclasses.dataclass(frozen=True)
+class Amount:
+    """A money amount as v2 filters and sorts it: computed from the minor units and the
+    currency (shopapi/money.py), selected under `alias` when a cursor needs its value."""
+
+    expression: peewee.Node
+    alias: str
+    null = False
+
+
+def columns_of(model: type[peewee.Model]) -> dict:
+    """What a list of `model` can be filtered and sorted by, by the name the contract gives it:
+    the columns, and for each money field of the model (`money_fields`) the v2 names
+    `price.amount` and `price.currency`. A version's contract offers only its own names."""
+    columns = dict(model._meta.columns)
+    for name, (minor, currency) in getattr(model, "money_fields", {}).items():
+        columns[f"{name}.amount"] = Amount(money.comparable(minor, currency), f"{name}_amount")
+        columns[f"{name}.currency"] = currency
+    return columns
+
+
+def _node(column):
+    return column.expression if isinstance(column, Amount) else column
+
+
+def _typed(parameter: str, field, value):
+    """Connexion typed numbers and booleans; times and amounts are left as text."""
+    if value is None:
         return value
     if isinstance(value, list):
         return [_typed(parameter, field, item) for item in value]
+    if isinstance(field, Amount):
+        return money.comparable_value(value)
+    if not isinstance(field, peewee.DateTimeField):
+        return value
     try:
         moment = datetime.datetime.fromisoformat(value)
     except ValueError:
@@ -47,18 +78,20 @@ def _typed(parameter: str, field: peewee.Field, value):
         return edge.replace(tzinfo=datetime.UTC)
 
 
-def _filter_of(columns: dict, argument: str) -> tuple[peewee.Field, str, str]:
-    """(field, operator, parameter name) for a handler argument. Connexion hands `price_cents[gte]`
-    to the handler as `price_cents_gte` (brackets are not identifier characters)."""
-    if argument in columns:
-        return columns[argument], "eq", argument
+def _filter_of(columns: dict, argument: str) -> tuple[str, str, str]:
+    """(column name, operator, parameter name) for a handler argument. Connexion hands
+    `price_cents[gte]` to the handler as `price_cents_gte` and `price.amount[gte]` as
+    `priceamount_gte` (only identifier characters are kept)."""
+    names = {sanitized(name): name for name in columns}
+    if argument in names:
+        return names[argument], "eq", names[argument]
     name, op = argument.rsplit("_", 1)
-    if op not in _OPERATORS or name not in columns:
+    if op not in _OPERATORS or name not in names:
         raise LookupError(f"{argument} is not a filter")  # the contract let through a new name
-    return columns[name], op, f"{name}[{op}]"
+    return names[name], op, f"{names[name]}[{op}]"
 
 
-def _condition(field: peewee.Field, op: str, value):
+def _condition(field: peewee.Node, op: str, value):
     if op == "eq":
         return field.is_null() if value is None else field == value
     if op == "ne":
@@ -91,7 +124,11 @@ def _beyond(field: peewee.Field, descending: bool, value):
         return None
     # Missing values sort last ascending; a NOT NULL column has none, and leaving the IS NULL
     # out keeps the condition usable as an index bound.
-    return (field > value) | field.is_null() if field.null else field > value
+    return (field > value) | field.is_null() if _nullable(field) else field > value
+
+
+def _nullable(field: peewee.Node) -> bool:
+    return getattr(field, "null", False)
 
 
 def keyset_after(keys, position):
@@ -105,7 +142,7 @@ def keyset_after(keys, position):
             clauses.append(functools.reduce(operator.and_, [*ties, beyond]))
     condition = functools.reduce(operator.or_, clauses)
     first, descending = keys[0]
-    if position[0] is not None and not first.null:
+    if position[0] is not None and not _nullable(first):
         # Redundant, but a plain range on the leading key is what lets the database start the
         # index scan at the cursor instead of filtering every row before it.
         condition = (first <= position[0] if descending else first >= position[0]) & condition
@@ -116,20 +153,27 @@ class ListRequest:
     """One list request: its filters, sort keys, page or cursor, and fields."""
 
     def __init__(self, model: type[peewee.Model], params: dict):
-        columns = model._meta.columns
+        columns = columns_of(model)
         self.filters = {k: v for k, v in params.items() if k not in _NOT_FILTERS}
         self.conditions = []
         for argument, value in sorted(self.filters.items()):
-            field, op, parameter = _filter_of(columns, argument)
-            self.conditions.append(_condition(field, op, _typed(parameter, field, value)))
+            name, op, parameter = _filter_of(columns, argument)
+            value = _typed(parameter, columns[name], value)
+            self.conditions.append(_condition(_node(columns[name]), op, value))
         self.sort = params.get("sort") or "id"
-        self.keys = []
+        # The sort keys as (column, descending); `keys` has their SQL nodes.
+        self.sorted_by = []
         for key in self.sort.split(","):
-            field = columns[key.lstrip("-")]
-            if all(field is not f for f, _ in self.keys):
-                self.keys.append((field, key.startswith("-")))
-        if all(field is not model.id for field, _ in self.keys):
-            self.keys.append((model.id, False))
+            column = columns[key.lstrip("-")]
+            if all(column is not c for c, _ in self.sorted_by):
+                self.sorted_by.append((column, key.startswith("-")))
+        if all(column is not model.id for column, _ in self.sorted_by):
+            self.sorted_by.append((model.id, False))
+        self.keys = [(_node(column), descending) for column, descending in self.sorted_by]
+        # Computed sort keys are selected too, for the cursor to read them from the last row.
+        self.computed = [
+            c.expression.alias(c.alias) for c, _ in self.sorted_by if isinstance(c, Amount)
+        ]
         self.page = params.get("page")
         self.per_page = params.get("per_page") or DEFAULT_PER_PAGE
         self.cursor = params.get("cursor")
@@ -144,7 +188,10 @@ class ListRequest:
         return cursors.binding_of(flask.request.path, filters, self.sort)
 
     def position_of(self, row) -> list:
-        return [getattr(row, field.column_name) for field, _ in self.keys]
+        return [
+            getattr(row, column.alias if isinstance(column, Amount) else column.column_name)
+            for column, _ in self.sorted_by
+        ]
 
     def read_position(self, token: str, secret: bytes) -> list:
         try:
@@ -155,7 +202,7 @@ class ListRequest:
             datetime.datetime.fromisoformat(v)
             if v is not None and isinstance(f, peewee.DateTimeField)
             else v
-            for (f, _), v in zip(self.keys, position, strict=True)
+            for (f, _), v in zip(self.sorted_by, position, strict=True)
         ]
 
 
@@ -178,6 +225,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
     secret = flask.current_app.config["CURSOR_SECRET"]
     if request.conditions:
         query = query.where(*request.conditions)
+    if request.computed:
+        query = query.select_extend(*request.computed)
     ordered = query.order_by(*(_order(field, desc) for field, desc in request.keys))
     per_page = request.per_page
 

@@ -1,7 +1,8 @@
 """The operations a spec declares, each with what the cross-cutting layers need to know about it:
-its route template (for logs) and its rate limit."""
+its route template (for logs), its rate limit and its deprecation."""
 
 import dataclasses
+import datetime
 from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -17,6 +18,35 @@ class Operation:
     route: str
     # `x-rate-limit` of the operation, else of the spec ("1000/minute"), else None.
     rate_limit: str | None
+    # The API's base path (/v1), as Connexion's router notes it.
+    base_path: str = ""
+    # For a `deprecated` operation: since when, until when, and what replaces it.
+    deprecation: "Deprecation | None" = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Deprecation:
+    # `x-deprecated-at` and `x-sunset`, dates.
+    since: datetime.date
+    sunset: datetime.date | None
+    # `x-successor`: a URI reference relative to the API's base path, in which `{name}` stands
+    # for the request's path parameter of that name.
+    successor: str | None
+
+
+def _deprecation(operation: dict) -> Deprecation | None:
+    if not operation.get("deprecated"):
+        return None
+    return Deprecation(
+        since=_date(operation["x-deprecated-at"]),
+        sunset=_date(operation.get("x-sunset")),
+        successor=operation.get("x-successor"),
+    )
+
+
+def _date(value) -> datetime.date | None:
+    # YAML reads an unquoted 2027-06-30 as a date already.
+    return datetime.date.fromisoformat(str(value)) if value else None
 
 
 def operations_of(spec: dict) -> Iterator[Operation]:
@@ -32,6 +62,8 @@ def operations_of(spec: dict) -> Iterator[Operation]:
                     method=method.upper(),
                     route=base + template,
                     rate_limit=operation.get("x-rate-limit", default_limit),
+                    base_path=base,
+                    deprecation=_deprecation(operation),
                 )
 
 
@@ -39,7 +71,10 @@ class Operations:
     """The operations of several specs, found from a request once Connexion has routed it."""
 
     def __init__(self, specs: list[dict]):
-        self._by_handler = {op.handler: op for spec in specs for op in operations_of(spec)}
+        # Versions share handlers: an operation is its API's base path and its handler.
+        self._by_handler = {
+            (op.base_path, op.handler): op for spec in specs for op in operations_of(spec)
+        }
 
     def __iter__(self) -> Iterator[Operation]:
         return iter(self._by_handler.values())
@@ -47,4 +82,5 @@ class Operations:
     def of(self, scope) -> Operation | None:
         """The operation Connexion's router matched for this request, if any."""
         routing = scope.get("extensions", {}).get("connexion_routing", {})
-        return self._by_handler.get(routing.get("operation_id"))
+        key = (routing.get("api_base_path"), routing.get("operation_id"))
+        return self._by_handler.get(key)

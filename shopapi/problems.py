@@ -181,10 +181,10 @@ def _unexpected(request, exc: Exception):
     return problem(request, 500, "An unexpected error occurred; it has been logged.")
 
 
-def register(app, spec: dict) -> None:
-    """Install the problem handlers on a Connexion app serving `spec`."""
+def register(app, specs: list[dict]) -> None:
+    """Install the problem handlers on a Connexion app serving `specs`."""
     app.add_error_handler(ProblemException, _from_problem_exception)
-    app.add_error_handler(HTTPException, _from_http_exception_with(AllowedMethods(spec)))
+    app.add_error_handler(HTTPException, _from_http_exception_with(AllowedMethods(specs)))
     app.add_error_handler(peewee.DoesNotExist, _not_found)
     app.add_error_handler(Conflict, _conflict)
     app.add_error_handler(InvalidReference, _invalid_reference)

@@ -8,11 +8,16 @@ raised), so every body a handler returns is declared `application/json` here, on
 Connexion also passes `user` and `token_info` to any handler taking `**kwargs` (the list
 handlers, whose keyword arguments are the list's parameters); handlers ask for the caller with
 shopapi.security.current_principal() instead, so those two are dropped here.
+
+A request body reaches the handler in v1's form, whichever version it was sent in
+(shopapi/representations.py).
 """
 
 import functools
 
 from connexion.resolver import Resolver
+
+from shopapi import representations
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -20,6 +25,8 @@ _JSON = {"Content-Type": "application/json"}
 def _as_json(handler):
     @functools.wraps(handler)
     def wrapper(*args, user=None, token_info=None, **kwargs):
+        if "body" in kwargs:
+            kwargs["body"] = representations.read(kwargs["body"])
         result = handler(*args, **kwargs)
         if not isinstance(result, tuple):
             result = (result,)

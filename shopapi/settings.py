@@ -149,6 +149,8 @@ class Settings:
     # A response slower than this is logged as a warning, counted, and alerted on.
     slow_request_ms: int = 500
     alert_webhook_url: str | None = None
+    # The version that an unversioned path (/products) with a plain JSON Accept gets.
+    default_api_version: int = 1
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
@@ -241,6 +243,11 @@ def _traffic_from_env(environ: Mapping[str, str]) -> dict:
     if "SLOW_REQUEST_MS" in environ:
         values["slow_request_ms"] = _integer(
             "SLOW_REQUEST_MS", environ["SLOW_REQUEST_MS"], 0, 3_600_000
+        )
+    if "API_DEFAULT_VERSION" in environ:
+        # Whether that version is served is checked by the app, which knows its specs.
+        values["default_api_version"] = _integer(
+            "API_DEFAULT_VERSION", environ["API_DEFAULT_VERSION"], 1, 9999
         )
     if "ALERT_WEBHOOK_URL" in environ:
         values["alert_webhook_url"] = _url(

@@ -1,0 +1,56 @@
+"""Money as API v2 shows it: a decimal amount and its currency, `{"amount": "12.50",
+"currency": "EUR"}`, stored (as in v1) as an integer count of the currency's minor units.
+
+How many minor units make a unit is the currency's ISO 4217 exponent: 2 for most, 0 for the yen,
+3 for the Kuwaiti dinar.
+"""
+
+import decimal
+
+import peewee
+
+# The currencies whose exponent is not 2 (ISO 4217).
+_EXPONENTS = {
+    currency: exponent
+    for exponent, currencies in (
+        (0, "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF"),
+        (3, "BHD IQD JOD KWD LYD OMR TND"),
+        (4, "CLF UYW"),
+    )
+    for currency in currencies.split()
+}
+_DEFAULT_EXPONENT = 2
+# The most a price may be in minor units: v1's bound on `price_cents` (spec/openapi.yaml).
+MAX_MINOR_UNITS = 1_000_000_000
+# Filters and sorts compare amounts across currencies in ten-thousandths of a unit: every
+# exponent above is at most 4, so each stored amount is a whole number of them.
+COMPARABLE_EXPONENT = 4
+
+
+def exponent(currency: str) -> int:
+    return _EXPONENTS.get(currency, _DEFAULT_EXPONENT)
+
+
+def amount(minor: int, currency: str) -> str:
+    """The decimal amount of `minor` units, with as many decimals as the currency has."""
+    return f"{decimal.Decimal(minor).scaleb(-exponent(currency)):f}"
+
+
+def minor_units(value: str, currency: str) -> int | None:
+    """The minor units a decimal amount is, or None when the currency cannot show it (more
+    decimals than the currency has: 12.345 EUR)."""
+    units = decimal.Decimal(value).scaleb(exponent(currency))
+    return int(units) if units == units.to_integral_value() else None
+
+
+def comparable(minor: peewee.Field, currency: peewee.Field) -> peewee.Node:
+    """SQL for an amount in ten-thousandths of a unit, whatever its currency."""
+    factors = sorted((code, 10 ** (COMPARABLE_EXPONENT - e)) for code, e in _EXPONENTS.items())
+    default = 10 ** (COMPARABLE_EXPONENT - _DEFAULT_EXPONENT)
+    return minor * peewee.Case(currency, factors, default)
+
+
+def comparable_value(value: str) -> int:
+    """A filter's decimal amount in ten-thousandths (the contract allows at most four
+    decimals, so this is exact)."""
+    return int(decimal.Decimal(value).scaleb(COMPARABLE_EXPONENT))

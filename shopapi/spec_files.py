@@ -1,0 +1,107 @@
+"""Loading a spec file that shares parts with another (spec/v2.yaml with spec/openapi.yaml).
+
+Connexion resolves references within the document it is given, so a spec is loaded with what it
+takes from other files brought in:
+
+- `$ref: 'openapi.yaml#/components/schemas/UserFields'` means what JSON Reference says: that
+  file's component. It becomes a component of the same name here (the served spec, its docs and
+  its validation show it once, by name), with whatever it refers to in turn. Where this spec has
+  a different component of that name, loading fails: the name would mean two things.
+- `x-operations-of: 'openapi.yaml#/paths/~1products'` on a path item means "the operations of
+  that path item, read in this spec": their references name *this* spec's components. That is
+  how a version repeats another's operations while changing only the representations.
+"""
+
+import copy
+import pathlib
+
+import yaml
+
+
+def load(path: pathlib.Path) -> dict:
+    return _Bundle(path).spec
+
+
+def _pointer_parts(pointer: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.lstrip("/").split("/")]
+
+
+class _Bundle:
+    def __init__(self, path: pathlib.Path):
+        self.directory = path.parent
+        self.documents: dict[str, dict] = {}
+        spec = yaml.safe_load(path.read_text())
+        self.components = spec.setdefault("components", {})
+        # This spec's components that are another file's (`Problem: {$ref: 'openapi.yaml#/...'}`).
+        for kind in list(self.components):
+            for name, entry in list(self.components[kind].items()):
+                if _is_external(entry):
+                    local = self._reference(entry["$ref"], source=None)
+                    if local["$ref"] != f"#/components/{kind}/{name}":
+                        self.components[kind][name] = local
+        for template, item in spec.get("paths", {}).items():
+            if "x-operations-of" in item:
+                file, _, pointer = item.pop("x-operations-of").partition("#")
+                spec["paths"][template] = {**self._target(file, pointer), **item}
+        for key in spec:
+            if key != "components":
+                spec[key] = self._walk(spec[key], source=None)
+        # Walking a component may bring in others, to be walked in turn.
+        walked = set()
+        while pending := [
+            (kind, name)
+            for kind, entries in self.components.items()
+            for name in entries
+            if (kind, name) not in walked
+        ]:
+            for kind, name in pending:
+                self.components[kind][name] = self._walk(self.components[kind][name], None)
+                walked.add((kind, name))
+        self.spec = spec
+
+    def _document(self, file: str) -> dict:
+        if file not in self.documents:
+            self.documents[file] = yaml.safe_load((self.directory / file).read_text())
+        return self.documents[file]
+
+    def _target(self, file: str, pointer: str):
+        node = self._document(file)
+        for part in _pointer_parts(pointer):
+            node = node[part]
+        return copy.deepcopy(node)
+
+    def _walk(self, node, source: str | None):
+        """`node` with its references into other files brought in; `source` is the file it
+        came from (None: this spec), which its own `#/...` references point into."""
+        if isinstance(node, list):
+            return [self._walk(item, source) for item in node]
+        if not isinstance(node, dict):
+            return node
+        reference = node.get("$ref")
+        if isinstance(reference, str) and (source or not reference.startswith("#")):
+            return self._reference(reference, source)
+        return {key: self._walk(value, source) for key, value in node.items()}
+
+    def _reference(self, reference: str, source: str | None) -> dict:
+        file, _, pointer = reference.partition("#")
+        file = file or source
+        parts = _pointer_parts(pointer)
+        if len(parts) != 3 or parts[0] != "components":
+            return self._walk(self._target(file, pointer), file)
+        _, kind, name = parts
+        content = self._walk(self._target(file, pointer), file)
+        entries = self.components.setdefault(kind, {})
+        existing = entries.get(name)
+        # Absent, or this spec's own entry referring to the very same component: bring it in.
+        if existing is None or existing == {"$ref": f"{file}#{pointer}"}:
+            entries[name] = content
+        elif existing != content:
+            raise ValueError(
+                f"{file}#{pointer} is referred to, but this spec has another "
+                f"components/{kind}/{name}"
+            )
+        return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _is_external(node) -> bool:
+    return isinstance(node, dict) and not node.get("$ref", "#").startswith("#")
