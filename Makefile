@@ -57,7 +57,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/well-known.yaml
+	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/well-known.yaml
 
 clean:
 	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis

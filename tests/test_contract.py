@@ -40,19 +40,21 @@ def _credentials(client, scheme: str) -> tuple[str, dict]:
     return f"X-API-Key: {key['key']}", {**protected, "FUZZ_PROTECTED_API_KEY": str(key["id"])}
 
 
-# The bearer run fuzzes in depth; its coverage phase (boundary values of every parameter, ~100 s)
-# runs against PostgreSQL, the production database, since what it probes is the contract's
-# validation, the same on both. The API-key run proves the other scheme end to end (every
-# operation, ignored_auth, the stateful links) without repeating the bearer run's bodies.
+# The bearer runs fuzz each version in depth; their coverage phase (boundary values of every
+# parameter, ~100 s) runs against PostgreSQL, the production database, since what it probes is
+# the contract's validation, the same on both. The API-key run proves the other scheme end to
+# end (every operation, ignored_auth, the stateful links) without repeating the bearer run's
+# bodies.
 RUNS = {
-    "bearer": "examples,coverage,fuzzing,stateful",
-    "api_key": "examples,stateful",
+    ("v1", "bearer"): "examples,coverage,fuzzing,stateful",
+    ("v1", "api_key"): "examples,stateful",
+    ("v2", "bearer"): "examples,coverage,fuzzing,stateful",
 }
 
 
-@pytest.mark.parametrize("scheme", sorted(RUNS))
-def test_schemathesis_finds_no_failure(client, database_url, scheme):
-    phases = RUNS[scheme]
+@pytest.mark.parametrize(("version", "scheme"), sorted(RUNS))
+def test_schemathesis_finds_no_failure(client, database_url, version, scheme):
+    phases = RUNS[version, scheme]
     if database_url.startswith("sqlite"):
         phases = phases.replace("coverage,", "")
     header, protected = _credentials(client, scheme)
@@ -63,7 +65,7 @@ def test_schemathesis_finds_no_failure(client, database_url, scheme):
                 "--config-file",
                 str(ROOT / "schemathesis.toml"),
                 "run",
-                f"{base}/v1/openapi.json",
+                f"{base}/{version}/openapi.json",
                 "--header",
                 header,
                 "--checks",

@@ -94,6 +94,7 @@ def test_traffic_settings_come_from_the_environment():
             "METRICS_TOKEN": "m" * 24,
             "SLOW_REQUEST_MS": "250",
             "ALERT_WEBHOOK_URL": "http://alertmanager:9093/api/v2/alerts",
+            "API_DEFAULT_VERSION": "2",
         }
     )
     assert settings.rate_limit_storage_uri == "redis://cache:6379/1"
@@ -103,6 +104,7 @@ def test_traffic_settings_come_from_the_environment():
     assert settings.metrics_token == "m" * 24
     assert settings.slow_request_ms == 250
     assert settings.alert_webhook_url == "http://alertmanager:9093/api/v2/alerts"
+    assert settings.default_api_version == 2
 
 
 @pytest.mark.parametrize(
@@ -118,6 +120,8 @@ def test_traffic_settings_come_from_the_environment():
         ({"METRICS_TOKEN": "short"}, "METRICS_TOKEN"),
         ({"SLOW_REQUEST_MS": "-1"}, "SLOW_REQUEST_MS"),
         ({"ALERT_WEBHOOK_URL": "ftp://alerts.example.com"}, "ALERT_WEBHOOK_URL"),
+        ({"API_DEFAULT_VERSION": "v2"}, "API_DEFAULT_VERSION"),
+        ({"API_DEFAULT_VERSION": "0"}, "API_DEFAULT_VERSION"),
     ],
 )
 def test_a_bad_traffic_setting_is_refused_naming_the_variable(environ, name):

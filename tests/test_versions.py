@@ -1,0 +1,308 @@
+"""API versions: v2 beside v1 over the same data, money as {amount, currency} in v2's bodies,
+filters and sorts; unversioned paths served in the version Accept asks for; API-Version and
+Vary on every response; deprecation headers."""
+
+import datetime
+import email.utils
+import re
+
+import pytest
+from helpers import assert_problem, bearer, create_product, create_user, place_order
+
+from shopapi.money import MAX_MINOR_UNITS, amount, exponent
+from shopapi.settings import ConfigurationError
+
+V2 = {"Accept": "application/vnd.shopapi.v2+json"}
+
+
+def _money(amount: str, currency: str = "EUR") -> dict:
+    return {"amount": amount, "currency": currency}
+
+
+def create_v2_product(client, **fields):
+    body = {"sku": "MUG-001", "name": "Mug", "price": _money("12.50"), "stock": 10}
+    response = client.post("/v2/products", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_each_version_has_its_contract_and_docs(anonymous):
+    for version in (1, 2):
+        spec = anonymous.get(f"/v{version}/openapi.json")
+        assert spec.status_code == 200
+        assert spec.json()["servers"] == [{"url": f"/v{version}"}]
+        assert spec.json()["info"]["version"] == f"{version}.0.0"
+        assert spec.headers["api-version"] == str(version)
+        assert anonymous.get(f"/v{version}/ui/").status_code == 200
+    v2 = anonymous.get("/v2/openapi.json").json()
+    product = v2["components"]["schemas"]["ProductFields"]["properties"]
+    assert "price" in product and "price_cents" not in product and "currency" not in product
+    assert "price.amount[gte]" in {p["name"] for p in v2["paths"]["/products"]["get"]["parameters"]}
+
+
+def test_one_product_in_both_representations(client):
+    product = create_v2_product(client, price=_money("12.5"))
+    assert product["price"] == _money("12.50")
+    assert "price_cents" not in product and "currency" not in product
+    v1 = client.get(f"/v1/products/{product['id']}").json()
+    assert (v1["price_cents"], v1["currency"]) == (1250, "EUR")
+    assert {k: v for k, v in v1.items() if k not in ("price_cents", "currency")} == {
+        k: v for k, v in product.items() if k != "price"
+    }
+    v1_made = create_product(client, price_cents=990, currency="USD")
+    assert client.get(f"/v2/products/{v1_made['id']}").json()["price"] == _money("9.90", "USD")
+
+
+@pytest.mark.parametrize(
+    ("amount", "currency", "minor", "shown"),
+    [("1250", "JPY", 1250, "1250"), ("1.5", "KWD", 1500, "1.500"), ("0", "EUR", 0, "0.00")],
+)
+def test_amounts_follow_the_currency_minor_units(client, amount, currency, minor, shown):
+    product = create_v2_product(client, price=_money(amount, currency))
+    assert product["price"] == _money(shown, currency)
+    assert client.get(f"/v1/products/{product['id']}").json()["price_cents"] == minor
+
+
+@pytest.mark.parametrize(
+    ("price", "pointer"),
+    [
+        (_money("12.345"), "/price/amount"),  # more decimals than the euro has
+        (_money("1.5", "JPY"), "/price/amount"),
+        (_money("10000000.01"), "/price/amount"),  # over the 1e9 minor units v1 allows
+        (_money("-1"), "/price/amount"),
+        (_money("1e3"), "/price/amount"),
+        (_money("12.50", "eur"), "/price/currency"),
+        ({"amount": "12.50"}, "/price"),
+        ({"amount": 12.5, "currency": "EUR"}, "/price/amount"),
+    ],
+)
+def test_a_bad_amount_is_a_400_naming_it(client, price, pointer):
+    response = client.post("/v2/products", json={"sku": "BAD-001", "name": "Bad", "price": price})
+    body = assert_problem(response, 400)
+    # An amount the currency cannot have fails the contract's rule for that currency (/price).
+    assert {error.get("pointer") for error in body["errors"]} & {pointer, "/price"}
+    assert client.get("/v1/products").json()["meta"]["total"] == 0
+
+
+def test_v1_money_fields_are_not_v2s(client):
+    response = client.post(
+        "/v2/products", json={"sku": "OLD-001", "name": "Old", "price_cents": 100}
+    )
+    assert_problem(response, 400)
+    product = create_v2_product(client)
+    assert_problem(client.get("/v2/products", params={"price_cents[gte]": 1}), 400)
+    assert_problem(client.patch(f"/v2/products/{product['id']}", json={"currency": "USD"}), 400)
+
+
+def test_put_and_patch_take_v2_money(client):
+    product = create_v2_product(client)
+    patched = client.patch(f"/v2/products/{product['id']}", json={"price": _money("7", "USD")})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["price"] == _money("7.00", "USD")
+    replaced = client.put(
+        f"/v2/products/{product['id']}",
+        json={"sku": "MUG-002", "name": "Big mug", "price": _money("3.25")},
+    )
+    assert replaced.status_code == 200, replaced.text
+    v1 = client.get(f"/v1/products/{product['id']}").json()
+    assert (v1["sku"], v1["price_cents"], v1["currency"], v1["stock"]) == ("MUG-002", 325, "EUR", 0)
+
+
+def test_orders_show_totals_and_unit_prices_as_money(client):
+    user = create_user(client)
+    product = create_v2_product(client, price=_money("2.50"))
+    response = client.post(
+        "/v2/orders",
+        json={"user_id": user["id"], "items": [{"product_id": product["id"], "quantity": 3}]},
+    )
+    assert response.status_code == 201, response.text
+    order = response.json()
+    assert response.headers["location"] == f"/v2/orders/{order['id']}"
+    assert order["total"] == _money("7.50")
+    assert order["items"] == [
+        {"product_id": product["id"], "quantity": 3, "unit_price": _money("2.50")}
+    ]
+    assert "total_cents" not in order and "currency" not in order
+    v1 = client.get(f"/v1/orders/{order['id']}").json()
+    assert (v1["total_cents"], v1["currency"], v1["items"][0]["unit_price_cents"]) == (
+        750,
+        "EUR",
+        250,
+    )
+    listed = client.get("/v2/orders", params={"total.amount": "7.5", "fields": "id,total"})
+    assert listed.json()["data"] == [{"id": order["id"], "total": _money("7.50")}]
+
+
+def test_amount_filters_and_sorts_compare_values_across_currencies(client):
+    euros = create_v2_product(client, sku="EUR-001", price=_money("12.50"))
+    yen = create_v2_product(client, sku="JPY-001", price=_money("1250", "JPY"))
+    dinars = create_v2_product(client, sku="KWD-001", price=_money("12.505", "KWD"))
+    cheap = create_v2_product(client, sku="EUR-002", price=_money("0.99"))
+
+    def ids(**params):
+        response = client.get("/v2/products", params=params)
+        assert response.status_code == 200, response.text
+        return [item["id"] for item in response.json()["data"]]
+
+    # 1250 yen is the largest number even though its minor units equal the euros' 1250 cents.
+    assert ids(sort="-price.amount") == [yen["id"], dinars["id"], euros["id"], cheap["id"]]
+    assert ids(**{"price.amount[gt]": "12.5"}) == [yen["id"], dinars["id"]]
+    assert ids(**{"price.amount[gte]": "12.5"}) == [euros["id"], yen["id"], dinars["id"]]
+    assert ids(**{"price.amount": "12.505"}) == [dinars["id"]]
+    assert ids(**{"price.amount[in]": "0.99,1250"}) == [yen["id"], cheap["id"]]
+    assert ids(**{"price.currency": "EUR", "sort": "price.amount"}) == [cheap["id"], euros["id"]]
+    assert_problem(client.get("/v2/products", params={"price.amount[gt]": "12.50001"}), 400)
+    assert_problem(client.get("/v2/products", params={"price.amount[gt]": "ten"}), 400)
+    assert_problem(client.get("/v2/products", params={"sort": "priceXamount"}), 400)
+
+
+def test_cursor_pages_sorted_by_amount_see_every_item_once(client):
+    for n, (value, currency) in enumerate(
+        [("5", "EUR"), ("500", "JPY"), ("5", "USD"), ("0.5", "EUR"), ("5.000", "KWD")]
+    ):
+        create_v2_product(client, sku=f"P-{n:03d}", price=_money(value, currency))
+    seen, params = [], {"sort": "price.amount", "per_page": 2}
+    page = client.get("/v2/products", params=params).json()
+    seen += page["data"]
+    while page["meta"]["next_cursor"]:
+        params["cursor"] = page["meta"]["next_cursor"]
+        response = client.get("/v2/products", params=params)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        seen += page["data"]
+    amounts = [(float(p["price"]["amount"]), p["id"]) for p in seen]
+    assert amounts == sorted(amounts) and len(amounts) == 5
+
+
+def test_users_and_credentials_are_the_same_in_both_versions(client):
+    user = create_user(client)
+    assert client.get(f"/v2/users/{user['id']}").json() == user
+    key = client.post(
+        "/v2/api-keys", json={"name": "k", "scopes": ["products:read"], "owner_id": user["id"]}
+    )
+    assert key.status_code == 201, key.text
+    assert client.get("/v1/products", headers={"X-API-Key": key.json()["key"]}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/vnd.shopapi.v2+json",
+        "application/json; version=2",
+        'application/json;version="2"',
+        "application/vnd.shopapi.v9+json, application/vnd.shopapi.v2+json;q=0.5",
+        "application/json;q=0.1, application/vnd.shopapi.v2+json",
+    ],
+)
+def test_accept_picks_v2_for_an_unversioned_path_with_identical_bytes(client, accept):
+    product = create_v2_product(client)
+    for path in ("/products", f"/products/{product['id']}", "/products?sort=-price.amount"):
+        unversioned = client.get(path, headers={"Accept": accept})
+        versioned = client.get(f"/v2{path}")
+        assert unversioned.status_code == versioned.status_code == 200
+        assert unversioned.content == versioned.content
+        assert unversioned.headers["api-version"] == "2"
+        assert "Accept" in unversioned.headers["vary"]
+
+
+@pytest.mark.parametrize("accept", [None, "application/json", "*/*", "text/html, */*;q=0.8"])
+def test_plain_json_gets_the_default_version(client, accept):
+    product = create_product(client)
+    headers = {"Accept": accept} if accept else {}
+    response = client.get(f"/products/{product['id']}", headers=headers)
+    assert response.status_code == 200
+    assert response.json() == client.get(f"/v1/products/{product['id']}").json()
+    assert response.headers["api-version"] == "1"
+
+
+def test_the_default_version_is_configurable(app_with):
+    client = app_with(default_api_version=2).test_client()
+    client.headers.update(bearer())
+    product = create_v2_product(client)
+    response = client.get(f"/products/{product['id']}", headers={"Accept": "application/json"})
+    assert response.headers["api-version"] == "2"
+    assert response.json()["price"] == _money("12.50")
+
+
+def test_writes_through_an_unversioned_path_use_the_chosen_version(client):
+    response = client.post(
+        "/products", headers=V2, json={"sku": "ACC-001", "name": "Cup", "price": _money("4")}
+    )
+    assert response.status_code == 201, response.text
+    assert response.headers["location"] == f"/v2/products/{response.json()['id']}"
+    v1 = client.post("/products", json={"sku": "ACC-002", "name": "Cup", "price_cents": 400})
+    assert v1.status_code == 201, v1.text
+    assert v1.headers["location"] == f"/v1/products/{v1.json()['id']}"
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/vnd.shopapi.v3+json",
+        "application/json; version=3",
+        "application/json; version=two",
+        "application/vnd.shopapi.v3+json, application/json;q=0",
+    ],
+)
+def test_a_version_not_served_is_406(client, accept):
+    response = client.get("/products", headers={"Accept": accept})
+    body = assert_problem(response, 406)
+    assert "1, 2" in body["detail"]
+    assert "Accept" in response.headers["vary"]
+
+
+def test_every_response_names_its_version(client, anonymous):
+    assert anonymous.get("/v2/products").headers["api-version"] == "2"  # 401
+    assert client.get("/v1/products/999").headers["api-version"] == "1"  # 404
+    assert client.get("/v2/nowhere").headers["api-version"] == "2"  # 404 from routing
+    assert client.delete("/v2/products").headers["api-version"] == "2"  # 405
+    response = client.get("/orders", headers={"Accept": "application/json; version=2"})
+    assert (response.headers["api-version"], response.headers["vary"]) == ("2", "Accept")
+    # A versioned path is that version whatever Accept says.
+    assert client.get("/v1/products", headers=V2).headers["api-version"] == "1"
+    # The JWKS is outside the versioned API.
+    assert "api-version" not in anonymous.get("/.well-known/jwks.json").headers
+
+
+def test_a_deprecated_operation_says_so_with_its_successor(client):
+    user = create_user(client)
+    product = create_product(client)
+    place_order(client, user, (product, 1))
+    for version in (1, 2):
+        response = client.get(f"/v{version}/users/{user['id']}/orders")
+        assert response.status_code == 200
+        deprecated_since = int(response.headers["deprecation"].removeprefix("@"))
+        assert datetime.datetime.fromtimestamp(deprecated_since, datetime.UTC).date() == (
+            datetime.date(2026, 11, 26)
+        )
+        sunset = email.utils.parsedate_to_datetime(response.headers["sunset"])
+        assert sunset == datetime.datetime(2027, 11, 30, tzinfo=datetime.UTC)
+        successor = f'</v{version}/orders?user_id={user["id"]}>; rel="successor-version"'
+        assert successor in response.headers["link"]
+        assert 'rel="first"' in response.headers["link"]  # the page links stay
+        # The successor lists the same orders.
+        listed = client.get(f"/v{version}/orders", params={"user_id": user["id"]}).json()
+        assert listed["data"] == response.json()["data"]
+    assert "deprecation" not in client.get("/v1/orders").headers
+
+
+def test_the_contract_and_the_code_agree_on_each_currency_minor_units(anonymous):
+    money = anonymous.get("/v2/openapi.json").json()["components"]["schemas"]["Money"]
+    for rule in money["anyOf"]:
+        currencies = rule["properties"]["currency"].get("enum", [])
+        pattern = re.compile(rule["properties"]["amount"]["pattern"])
+        for currency in currencies or ["EUR", "USD", "GBP"]:
+            decimals = exponent(currency)
+            largest = amount(MAX_MINOR_UNITS, currency)
+            assert pattern.fullmatch(largest), (currency, largest)
+            assert not pattern.fullmatch(amount(MAX_MINOR_UNITS + 1, currency)), currency
+            assert pattern.fullmatch("1" + ("." + "1" * decimals if decimals else ""))
+            assert not pattern.fullmatch("1." + "1" * (decimals + 1)), currency
+    excluded = money["anyOf"][-1]["properties"]["currency"]["not"]["enum"]
+    named = [c for rule in money["anyOf"][:-1] for c in rule["properties"]["currency"]["enum"]]
+    assert sorted(excluded) == sorted(named)
+
+
+def test_an_unserved_default_version_is_refused_at_start(app_with):
+    with pytest.raises(ConfigurationError, match="API_DEFAULT_VERSION 3"):
+        app_with(default_api_version=3)
