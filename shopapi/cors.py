@@ -16,6 +16,9 @@ ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "X-API-Key", "X-Request-ID")
 # The response headers a browser script may read.
 EXPOSED_HEADERS = (
+    "API-Version",
+    "Deprecation",
+    "Sunset",
     "Link",
     "Location",
     "ETag",

@@ -45,6 +45,8 @@ class ObservabilityMiddleware:
         # Created here so that the router's note lands in a dict this scope shares, even when an
         # inner layer passes a copy of the scope on.
         scope.setdefault("extensions", {})
+        # As the client sent it: an unversioned path gets its version further in.
+        path = scope["path"]
         status = 500  # what the client gets if the app fails before answering
         started = time.perf_counter()
 
@@ -59,15 +61,15 @@ class ObservabilityMiddleware:
             await self.app(scope, receive, send_noting_status)
         finally:
             metrics.IN_FLIGHT.dec()
-            self._record(scope, status, time.perf_counter() - started)
+            self._record(scope, path, status, time.perf_counter() - started)
 
-    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+    def _record(self, scope: Scope, path: str, status: int, seconds: float) -> None:
         routed = self.operations.of(scope)
         operation = routed.id if routed else _unrouted(scope)
         method = scope["method"]
         metrics.REQUESTS.labels(operation, method, status).inc()
         metrics.DURATION.labels(operation, method, status).observe(seconds)
-        fields = _log_fields(scope, operation, routed and routed.route, status, seconds)
+        fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)
         log.info("request", extra={"fields": fields})
         if seconds * 1000 > self.slow_request_ms:
             metrics.SLOW_REQUESTS.labels(operation, method).inc()
@@ -84,13 +86,15 @@ def _unrouted(scope: Scope) -> str:
     return metrics.PREFLIGHT if is_preflight(scope) else metrics.NO_OPERATION
 
 
-def _log_fields(scope: Scope, operation: str, route: str | None, status: int, seconds: float):
+def _log_fields(
+    scope: Scope, path: str, operation: str, route: str | None, status: int, seconds: float
+):
     token_info = scope["extensions"].get("connexion_context", {}).get("token_info") or {}
     user_agent = dict(scope["headers"]).get(b"user-agent", b"")[:MAX_USER_AGENT]
     return {
         "request_id": request_id_of(scope),
         "method": scope["method"],
-        "path": scope["path"],
+        "path": path,
         "route": route,
         "operation": operation,
         "status": status,

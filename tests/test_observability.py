@@ -79,6 +79,14 @@ def _too_many(client, headers):
     return client.post("/v1/oauth/token", data=form, headers=headers)
 
 
+def _not_acceptable(client, headers):
+    return client.get("/products", headers={**headers, "Accept": "application/vnd.shopapi.v7+json"})
+
+
+def _unversioned(client, headers):
+    return client.get("/products", headers={**headers, "Accept": "application/json; version=2"})
+
+
 def _preflight(client, headers):
     request_headers = {
         **headers,
@@ -100,6 +108,8 @@ MATRIX = [
     (_too_large, 413, "POST", "create_product", "/v1/products"),
     (_unsupported_media_type, 415, "POST", "create_product", "/v1/products"),
     (_too_many, 429, "POST", "issue_token", "/v1/oauth/token"),
+    (_not_acceptable, 406, "GET", "none", None),
+    (_unversioned, 200, "GET", "list_products", "/v2/products"),
     (_preflight, 200, "OPTIONS", "preflight", None),
 ]
 
@@ -138,9 +148,17 @@ def test_every_response_has_cors_headers_a_metric_and_a_log_line(
     assert "Origin" in response.headers["vary"]
     if method != "OPTIONS":
         exposed = response.headers["access-control-expose-headers"]
-        assert {"X-Request-ID", "RateLimit-Remaining", "Retry-After", "Location"} <= {
-            h.strip() for h in exposed.split(",")
-        }
+        assert {
+            "X-Request-ID",
+            "RateLimit-Remaining",
+            "Retry-After",
+            "Location",
+            "API-Version",
+        } <= {h.strip() for h in exposed.split(",")}
+        assert "Accept" in response.headers["vary"]
+        if status != 406:
+            version = route.split("/")[1].removeprefix("v") if route else "1"
+            assert response.headers["api-version"] == version
     if status >= 400 and method != "OPTIONS":
         assert_problem(response, status)
 
@@ -158,7 +176,7 @@ def test_every_response_has_cors_headers_a_metric_and_a_log_line(
     assert line["level"] == "info"
     assert (line["method"], line["status"], line["operation"]) == (method, status, operation)
     assert line["route"] == route
-    assert line["path"] == "/v1/products" or route is not None
+    assert line["path"] == response.request.url.path  # as sent, before any version is added
     assert isinstance(line["duration_ms"], float | int) and line["duration_ms"] >= 0
     assert line["user_agent"] == "testclient"
     assert line["time"].endswith("+00:00")
