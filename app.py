@@ -16,6 +16,7 @@ from shopapi import logs, problems, security
 from shopapi.alerts import AlertWebhook
 from shopapi.body_limit import BodyLimitMiddleware
 from shopapi.cors import Cors
+from shopapi.idempotency import IdempotencyMiddleware
 from shopapi.jsonifier import CompactJsonifier
 from shopapi.list_contract import expand
 from shopapi.observability import ObservabilityMiddleware
@@ -95,7 +96,8 @@ def _add_traffic_middleware(
     """Outside Connexion's exception handling, so that every response passes through them (an
     error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS.
     Then, once the operation is known, the body limit and the count of refused credentials
-    before the security checks, and the client's rate limit after them."""
+    before the security checks, and the client's rate limit after them; last, once the request
+    is valid, Idempotency-Key replays, just outside the handler."""
     operations = Operations([api_spec, *root_specs])
     counter = LimitCounter(settings.rate_limit_storage_uri)
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
@@ -136,4 +138,11 @@ def _add_traffic_middleware(
         counter=counter,
         operations=operations,
         scale=settings.rate_limit_scale,
+    )
+    app.add_middleware(
+        IdempotencyMiddleware,
+        position=MiddlewarePosition.BEFORE_CONTEXT,
+        operations=operations,
+        secret=settings.cursor_secret,
+        error_handlers=problems.handlers(api_spec),
     )

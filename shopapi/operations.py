@@ -1,5 +1,5 @@
 """The operations a spec declares, each with what the cross-cutting layers need to know about it:
-its route template (for logs) and its rate limit."""
+its route template (for logs), its rate limit, whether it accepts an Idempotency-Key."""
 
 import dataclasses
 from collections.abc import Iterator
@@ -17,6 +17,8 @@ class Operation:
     route: str
     # `x-rate-limit` of the operation, else of the spec ("1000/minute"), else None.
     rate_limit: str | None
+    # Whether the operation declares the `Idempotency-Key` header parameter.
+    accepts_idempotency_key: bool
 
 
 def operations_of(spec: dict) -> Iterator[Operation]:
@@ -32,7 +34,17 @@ def operations_of(spec: dict) -> Iterator[Operation]:
                     method=method.upper(),
                     route=base + template,
                     rate_limit=operation.get("x-rate-limit", default_limit),
+                    accepts_idempotency_key=_declares_idempotency_key(spec, item, operation),
                 )
+
+
+def _declares_idempotency_key(spec: dict, item: dict, operation: dict) -> bool:
+    for parameter in [*item.get("parameters", []), *operation.get("parameters", [])]:
+        if "$ref" in parameter:  # '#/components/parameters/IdempotencyKey'
+            parameter = spec["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        if parameter["in"] == "header" and parameter["name"].lower() == "idempotency-key":
+            return True
+    return False
 
 
 class Operations:
