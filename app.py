@@ -18,6 +18,7 @@ from shopapi.api_versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.body_limit import BodyLimitMiddleware
 from shopapi.cors import Cors
 from shopapi.deprecation import DeprecationMiddleware
+from shopapi.idempotency import IdempotencyMiddleware
 from shopapi.jsonifier import CompactJsonifier
 from shopapi.list_contract import expand
 from shopapi.observability import ObservabilityMiddleware
@@ -108,7 +109,8 @@ def _add_traffic_middleware(
     error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS,
     the version (which gives an unversioned path its version before routing) and the
     deprecation headers. Then, once the operation is known, the body limit and the count of
-    refused credentials before the security checks, and the client's rate limit after them."""
+    refused credentials before the security checks, and the client's rate limit after them;
+    last, once the request is valid, Idempotency-Key replays, just outside the handler."""
     operations = Operations([*api_specs, *root_specs])
     api_spec = api_specs[0]
     counter = LimitCounter(settings.rate_limit_storage_uri)
@@ -160,4 +162,11 @@ def _add_traffic_middleware(
         counter=counter,
         operations=operations,
         scale=settings.rate_limit_scale,
+    )
+    app.add_middleware(
+        IdempotencyMiddleware,
+        position=MiddlewarePosition.BEFORE_CONTEXT,
+        operations=operations,
+        secret=settings.cursor_secret,
+        error_handlers=problems.handlers(api_specs),
     )

@@ -8,6 +8,8 @@ one: Connexion's request validation takes a missing Content-Length for a missing
 from connexion.exceptions import ProblemException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shopapi.buffered_body import read_body, replay_body
+
 
 class PayloadTooLarge(ProblemException):
     def __init__(self, max_bytes: int):
@@ -34,13 +36,13 @@ class BodyLimitMiddleware:
                 raise PayloadTooLarge(self.max_bytes)
             await self.app(scope, self._limited(receive), send)
         elif b"transfer-encoding" in headers:
-            body = await self._read_all(self._limited(receive))
+            body = await read_body(self._limited(receive))
             scope = dict(scope)
             scope["headers"] = [
                 *((k, v) for k, v in scope["headers"] if k != b"transfer-encoding"),
                 (b"content-length", str(len(body)).encode()),
             ]
-            await self.app(scope, self._replay(body, receive), send)
+            await self.app(scope, replay_body(body, receive), send)
         else:
             await self.app(scope, receive, send)
 
@@ -57,28 +59,3 @@ class BodyLimitMiddleware:
             return message
 
         return limited_receive
-
-    @staticmethod
-    async def _read_all(receive: Receive) -> bytes:
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
-
-    @staticmethod
-    def _replay(body: bytes, receive: Receive) -> Receive:
-        sent = False
-
-        async def replay_receive() -> Message:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return replay_receive

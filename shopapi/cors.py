@@ -13,11 +13,12 @@ from shopapi.request_id import request_id_of
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Beyond the CORS-safelisted ones (Accept, Content-Type, ...).
-ALLOWED_HEADERS = ("Authorization", "X-API-Key", "X-Request-ID")
+ALLOWED_HEADERS = ("Authorization", "Idempotency-Key", "X-API-Key", "X-Request-ID")
 # The response headers a browser script may read.
 EXPOSED_HEADERS = (
     "API-Version",
     "Deprecation",
+    "Idempotent-Replayed",
     "Sunset",
     "Link",
     "Location",

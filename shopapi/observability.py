@@ -14,9 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi import metrics
 from shopapi.alerts import AlertWebhook
+from shopapi.clients import client_address
 from shopapi.cors import is_preflight
 from shopapi.operations import Operations
-from shopapi.rate_limits import client_address
 from shopapi.request_id import request_id_of
 
 log = logging.getLogger("shopapi.requests")

@@ -1,5 +1,6 @@
 """The operations a spec declares, each with what the cross-cutting layers need to know about it:
-its route template (for logs), its rate limit and its deprecation."""
+its route template (for logs), its rate limit, its deprecation and whether it accepts an
+Idempotency-Key."""
 
 import dataclasses
 import datetime
@@ -18,6 +19,8 @@ class Operation:
     route: str
     # `x-rate-limit` of the operation, else of the spec ("1000/minute"), else None.
     rate_limit: str | None
+    # Whether the operation declares the `Idempotency-Key` header parameter.
+    accepts_idempotency_key: bool
     # The API's base path (/v1), as Connexion's router notes it.
     base_path: str = ""
     # For a `deprecated` operation: since when, until when, and what replaces it.
@@ -64,7 +67,17 @@ def operations_of(spec: dict) -> Iterator[Operation]:
                     rate_limit=operation.get("x-rate-limit", default_limit),
                     base_path=base,
                     deprecation=_deprecation(operation),
+                    accepts_idempotency_key=_declares_idempotency_key(spec, item, operation),
                 )
+
+
+def _declares_idempotency_key(spec: dict, item: dict, operation: dict) -> bool:
+    for parameter in [*item.get("parameters", []), *operation.get("parameters", [])]:
+        if "$ref" in parameter:  # '#/components/parameters/IdempotencyKey'
+            parameter = spec["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        if parameter["in"] == "header" and parameter["name"].lower() == "idempotency-key":
+            return True
+    return False
 
 
 class Operations:

@@ -9,6 +9,7 @@ import http
 import json
 import logging
 import re
+from collections.abc import Callable
 
 import peewee
 from connexion.exceptions import OAuthScopeProblem, ProblemException
@@ -181,16 +182,25 @@ def _unexpected(request, exc: Exception):
     return problem(request, 500, "An unexpected error occurred; it has been logged.")
 
 
+def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
+    """Each exception class and the handler that turns it into a problem response, for an app
+    serving `specs`."""
+    return {
+        ProblemException: _from_problem_exception,
+        HTTPException: _from_http_exception_with(AllowedMethods(specs)),
+        peewee.DoesNotExist: _not_found,
+        Conflict: _conflict,
+        InvalidReference: _invalid_reference,
+        peewee.IntegrityError: _integrity_error,
+        peewee.DataError: _data_error,
+        peewee.OperationalError: _database_unavailable,
+        peewee.InterfaceError: _database_unavailable,
+        UnicodeDecodeError: _unicode_error,
+        Exception: _unexpected,
+    }
+
+
 def register(app, specs: list[dict]) -> None:
     """Install the problem handlers on a Connexion app serving `specs`."""
-    app.add_error_handler(ProblemException, _from_problem_exception)
-    app.add_error_handler(HTTPException, _from_http_exception_with(AllowedMethods(specs)))
-    app.add_error_handler(peewee.DoesNotExist, _not_found)
-    app.add_error_handler(Conflict, _conflict)
-    app.add_error_handler(InvalidReference, _invalid_reference)
-    app.add_error_handler(peewee.IntegrityError, _integrity_error)
-    app.add_error_handler(peewee.DataError, _data_error)
-    app.add_error_handler(peewee.OperationalError, _database_unavailable)
-    app.add_error_handler(peewee.InterfaceError, _database_unavailable)
-    app.add_error_handler(UnicodeDecodeError, _unicode_error)
-    app.add_error_handler(Exception, _unexpected)
+    for exception, handler in handlers(specs).items():
+        app.add_error_handler(exception, handler)

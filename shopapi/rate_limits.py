@@ -26,6 +26,7 @@ from limits.errors import StorageError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi import metrics
+from shopapi.clients import client_address, client_of
 from shopapi.operations import Operations
 from shopapi.security import CREDENTIAL_HEADERS
 
@@ -122,16 +123,6 @@ class LimitCounter:
         return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
 
 
-def client_address(scope: Scope) -> str:
-    client = scope.get("client")
-    return client[0] if client else "unknown"
-
-
-def _subject(scope: Scope) -> str | None:
-    token_info = scope.get("extensions", {}).get("connexion_context", {}).get("token_info")
-    return token_info["sub"] if token_info else None
-
-
 class RateLimitMiddleware:
     """Each operation's limit per client. Runs after the security checks, so the client is known;
     the usage goes into the scope's state for RateLimitHeadersMiddleware to put on the response,
@@ -147,9 +138,7 @@ class RateLimitMiddleware:
         operation = self.operations.of(scope)
         limit = self.limits.get(operation.id) if operation else None
         if scope["type"] == "http" and limit is not None:
-            subject = _subject(scope)
-            client = f"sub:{subject}" if subject else f"address:{client_address(scope)}"
-            usage = await self.counter.hit(limit, operation.id, client)
+            usage = await self.counter.hit(limit, operation.id, client_of(scope))
             if usage is not None:
                 if usage.exceeded:
                     metrics.RATE_LIMITED.labels(operation.id, "client").inc()

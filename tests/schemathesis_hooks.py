@@ -1,8 +1,12 @@
 """Hooks for the contract fuzzing (named in schemathesis.toml)."""
 
 import os
+import pathlib
+import uuid
 
+import jsonschema
 import schemathesis
+import yaml
 
 # A cursor is valid only as the API issued it (signed, bound to its filters and sort), so every
 # generated one is a documented 400 that no schema can express — and so is one next to `page`.
@@ -17,6 +21,16 @@ _PROTECTED = {
     "update_user": os.environ.get("FUZZ_PROTECTED_USER"),
 }
 _ELSEWHERE = 2_000_000_000
+
+# An Idempotency-Key binds to its first request for a day. The generators favour short values
+# ("0", "00"), so a generated key comes back with another body (a documented 422 no schema can
+# express) or with the same body after the run deleted what it created (a replayed 201 whose
+# resource is gone). Each schema-valid key is made unique; invalid ones go as generated, so
+# their 400 is still checked. tests/test_idempotency.py covers a key used again.
+_SPEC = pathlib.Path(__file__).resolve().parent.parent / "spec" / "openapi.yaml"
+_VALID_KEY = jsonschema.Draft4Validator(
+    yaml.safe_load(_SPEC.read_text())["components"]["parameters"]["IdempotencyKey"]["schema"]
+)
 
 
 @schemathesis.hook
@@ -40,3 +54,6 @@ def before_call(context, case, **kwargs):
     protected = _PROTECTED.get(case.operation.definition.raw.get("operationId"))
     if protected and case.path_parameters and str(case.path_parameters.get("id")) == protected:
         case.path_parameters["id"] = _ELSEWHERE
+    key = (case.headers or {}).get("Idempotency-Key")
+    if isinstance(key, str) and _VALID_KEY.is_valid(key):
+        case.headers["Idempotency-Key"] = uuid.uuid4().hex

@@ -1,44 +1,12 @@
 """A database that goes away is 503 with Retry-After; the server recovers by itself."""
 
-import contextlib
-import pathlib
-import shutil
-from urllib.parse import urlsplit, urlunsplit
-
 import httpx
 import pytest
+from breakable_database import breakable
 from helpers import assert_problem, bearer
 from live import live_server
-from tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
-
-
-@contextlib.contextmanager
-def breakable(database_url, tmp_path):
-    """A URL to the test database, and (cut, restore) functions that take it away and back."""
-    if database_url.startswith("postgresql"):
-        parts = urlsplit(database_url)
-        proxy = TcpProxy(parts.hostname, parts.port or 5432)
-        proxy.start()
-        try:
-            netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
-            yield urlunsplit(parts._replace(netloc=netloc)), proxy.stop, proxy.start
-        finally:
-            proxy.stop()
-    else:
-        path, away = tmp_path / "outage.db", tmp_path / "away.db"
-        shutil.copy(pathlib.Path(database_url.removeprefix("sqlite:///")), path)
-
-        def cut():  # a directory where the file was: SQLite cannot open it
-            path.rename(away)
-            path.mkdir()
-
-        def restore():
-            path.rmdir()
-            away.rename(path)
-
-        yield f"sqlite:///{path}", cut, restore
 
 
 ORIGIN = "https://app.example.com"

@@ -7,7 +7,12 @@ from models.migrations import migrate
 
 def test_migrations_apply_once_and_are_recorded(tmp_path):
     db = open_database(f"sqlite:///{tmp_path}/fresh.db")
-    assert migrate(db) == ["m0001_initial", "m0002_list_indexes", "m0003_credentials"]
+    assert migrate(db) == [
+        "m0001_initial",
+        "m0002_list_indexes",
+        "m0003_credentials",
+        "m0004_idempotency_keys",
+    ]
     assert migrate(db) == []
     with db.connection_context():
         tables = set(db.get_tables())
@@ -19,9 +24,15 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "api_key",
             "oauth_client",
             "refresh_token",
+            "idempotency_key",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
-        assert recorded == [("m0001_initial",), ("m0002_list_indexes",), ("m0003_credentials",)]
+        assert recorded == [
+            ("m0001_initial",),
+            ("m0002_list_indexes",),
+            ("m0003_credentials",),
+            ("m0004_idempotency_keys",),
+        ]
 
 
 def test_a_failing_migration_leaves_nothing_half_done(tmp_path, monkeypatch):
