@@ -7,7 +7,9 @@ body that is not UTF-8 (400, not 500: connexion#1860), and strings that are not 
 lone surrogate escape such as "\ud800" is valid JSON but cannot be stored or encoded).
 """
 
+import collections
 import json
+from urllib.parse import parse_qsl
 
 from connexion.datastructures import MediaTypeDict
 from connexion.exceptions import BadRequestProblem
@@ -131,6 +133,13 @@ class ParameterValidator(ConnexionParameterValidator):
                 self.validate_query_parameter_list(request, self.security_query_params)
             ):
                 errors.append({"parameter": name, "detail": "is not a parameter of this operation"})
+        # Connexion would quietly keep one of the values of a repeated single-valued parameter
+        # (`?sku=A&sku=B`); which one the client meant cannot be known.
+        query = request.scope["query_string"].decode("latin-1")
+        given = collections.Counter(name for name, _ in parse_qsl(query, keep_blank_values=True))
+        for param in self.parameters.get("query", []):
+            if given[param["name"]] > 1 and param.get("schema", {}).get("type") != "array":
+                errors.append({"parameter": param["name"], "detail": "is given more than once"})
         for location in ("path", "query", "header", "cookie"):
             check = getattr(self, f"validate_{location}_parameter")
             for param in self.parameters.get(location, []):

@@ -149,3 +149,11 @@ def test_sql_looking_values_are_only_values(client):
     assert ids(client.get("/v1/products?name[contains]=' OR 1=1 --")) == []
     assert ids(client.get("/v1/products?sku[in]=a');DROP TABLE product;--")) == []
     assert client.get("/v1/products").json()["meta"]["total"] == 2
+
+
+def test_a_single_valued_parameter_given_twice_is_refused(client):
+    response = client.get("/v1/products?description=a&description=b")
+    body = assert_problem(response, 400)
+    assert body["errors"] == [{"parameter": "description", "detail": "is given more than once"}]
+    assert_problem(client.get("/v1/products?page=1&page=2"), 400)
+    assert client.get("/v1/products?sku[in]=A,B").status_code == 200
