@@ -79,6 +79,9 @@ def app(served):
     use(db)  # the other backend's app may have been built since
     for model in reversed(MODELS):
         model.truncate_table(restart_identity=True, cascade=True)
+    if isinstance(db, peewee.SqliteDatabase):
+        # What restart_identity does on PostgreSQL: the AUTOINCREMENT counters start over.
+        db.execute_sql("DELETE FROM sqlite_sequence")
     yield app
     db.close()
 

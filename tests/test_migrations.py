@@ -12,6 +12,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0002_list_indexes",
         "m0003_credentials",
         "m0004_idempotency_keys",
+        "m0005_sqlite_ids_never_reused",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -32,6 +33,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0002_list_indexes",),
             ("m0003_credentials",),
             ("m0004_idempotency_keys",),
+            ("m0005_sqlite_ids_never_reused",),
         ]
 
 
@@ -49,3 +51,43 @@ def test_a_failing_migration_leaves_nothing_half_done(tmp_path, monkeypatch):
     with db.connection_context():
         assert "half" not in db.get_tables()
         assert db.execute_sql("SELECT count(*) FROM schema_migrations").fetchone() == (0,)
+
+
+def test_sqlite_tables_rebuilt_for_autoincrement_keep_rows_keys_and_indexes(tmp_path, monkeypatch):
+    import models.migrations as migrations
+
+    db = open_database(f"sqlite:///{tmp_path}/old.db")
+    names = migrations._migration_names()
+    monkeypatch.setattr(migrations, "_migration_names", lambda: names[:-1])
+    migrate(db)  # a database from before m0005, with data
+    with db.connection_context():
+        day = ("2026-01-01", "2026-01-01")
+        for sql in (
+            """INSERT INTO "user" VALUES (1, ?, ?, 'a@b.c', 'A', 'customer', 'x')""",
+            """INSERT INTO product VALUES (1, ?, ?, 'S-1', 'P', NULL, 100, 'EUR', 5, NULL, 1)""",
+            """INSERT INTO product VALUES (2, ?, ?, 'S-2', 'Q', NULL, 100, 'EUR', 5, NULL, 1)""",
+            """INSERT INTO "order" VALUES (1, ?, ?, 1, 'pending', 100, 'EUR', NULL)""",
+        ):
+            db.execute_sql(sql, day)
+        db.execute_sql("INSERT INTO order_item VALUES (1, 1, 1, 1, 100)")
+        indexes = db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+    monkeypatch.setattr(migrations, "_migration_names", lambda: names)
+    assert migrate(db) == ["m0005_sqlite_ids_never_reused"]
+    with db.connection_context():
+        assert db.execute_sql("SELECT id, sku FROM product").fetchall() == [(1, "S-1"), (2, "S-2")]
+        assert db.execute_sql("SELECT order_id, product_id FROM order_item").fetchall() == [(1, 1)]
+        assert sorted(
+            db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        ) == sorted(indexes)
+        assert db.execute_sql("PRAGMA foreign_key_check").fetchall() == []
+        # The foreign keys still hold against the rebuilt tables.
+        with pytest.raises(peewee.IntegrityError):
+            db.execute_sql("DELETE FROM product WHERE id = 1")  # an order refers to it
+        with pytest.raises(peewee.IntegrityError):
+            db.execute_sql("INSERT INTO order_item VALUES (2, 1, 99, 1, 100)")
+        db.execute_sql("DELETE FROM product WHERE id = 2")
+        db.execute_sql(
+            """INSERT INTO product (created_at, updated_at, sku, name, price_cents, currency,
+            stock, active) VALUES ('2026-01-01', '2026-01-01', 'S-3', 'R', 1, 'EUR', 0, 1)"""
+        )
+        assert db.execute_sql("SELECT max(id) FROM product").fetchone() == (3,)

@@ -78,3 +78,13 @@ def test_delete_answers_204_then_404(client):
     assert response.content == b""
     assert_problem(client.get(f"/v1/products/{product['id']}"), 404)
     assert_problem(client.delete(f"/v1/products/{product['id']}"), 404)
+
+
+def test_a_deleted_products_id_is_never_given_to_another(client):
+    first = create_product(client)
+    newest = create_product(client)
+    assert client.delete(f"/v1/products/{newest['id']}").status_code == 204
+    after = create_product(client)
+    assert after["id"] > newest["id"]
+    assert client.get(f"/v1/products/{newest['id']}").status_code == 404
+    assert client.get(f"/v1/products/{first['id']}").json()["sku"] == first["sku"]

@@ -4,8 +4,13 @@ Each module `mNNNN_name.py` here has `up(db)`; `migrate(db)` applies, in order, 
 recorded in `schema_migrations`, each in its own transaction. A migration describes the schema as
 it was when written (it never imports the models), so old migrations keep meaning what they did.
 Run with `python -m models.migrations` (uses DATABASE_URL).
+
+A migration that rebuilds SQLite tables says `REBUILDS_TABLES = True`: SQLite's foreign keys are
+then off while it runs (they cannot be switched inside a transaction, and with them on, dropping
+a table deletes what refers to it), and it checks them itself before committing.
 """
 
+import contextlib
 import importlib
 import pkgutil
 import re
@@ -40,8 +45,22 @@ def migrate(db: peewee.Database) -> list[str]:
             if name in done:
                 continue
             module = importlib.import_module(f"{__name__}.{name}")
-            with db.atomic():
+            rebuilds = getattr(module, "REBUILDS_TABLES", False)
+            off = _sqlite_foreign_keys_off(db) if rebuilds else contextlib.nullcontext()
+            with off, db.atomic():
                 module.up(db)
                 SchemaMigration.create(name=name)
             applied.append(name)
         return applied
+
+
+@contextlib.contextmanager
+def _sqlite_foreign_keys_off(db: peewee.Database):
+    if not isinstance(db, peewee.SqliteDatabase):
+        yield
+        return
+    db.execute_sql("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        db.execute_sql("PRAGMA foreign_keys = ON")
