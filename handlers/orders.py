@@ -4,6 +4,7 @@ Without the `admin` scope a caller reaches only its own orders (another user's i
 absent), places orders only for itself, and may cancel but not pay, ship or deliver.
 """
 
+import flask
 import peewee
 from connexion.exceptions import Forbidden
 
@@ -58,10 +59,16 @@ def list_orders(**params):
 
 
 def list_user_orders(id, **params):
-    if not current_principal().reaches(id):
+    # The path's `id` is the user's; the list's `id` filter (an order's) has the same name, and
+    # Connexion hands the handler the query's value under it. The user comes from the path, and
+    # the filter goes back among the list's parameters.
+    user_id = flask.request.view_args["id"]
+    if "id" in flask.request.args:
+        params["id"] = id
+    if not current_principal().reaches(user_id):
         raise User.DoesNotExist
-    User.get_by_id(id)
-    orders = Order.select().where(Order.user == id)
+    User.get_by_id(user_id)
+    orders = Order.select().where(Order.user == user_id)
     return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
