@@ -9,6 +9,7 @@ import peewee
 from connexion.exceptions import Forbidden
 
 from models import Order, OrderItem, User
+from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.responses import created
 from shopapi.security import current_principal
@@ -40,11 +41,16 @@ def _with_items(orders):
     return peewee.prefetch(orders, OrderItem.select().order_by(OrderItem.id))
 
 
-def _reachable(id: int) -> Order:
-    order = Order.get_by_id(id)
+def _reachable(id: int, load=Order.get_by_id) -> Order:
+    order = load(id)
     if not current_principal().reaches(order.user_id):
         raise Order.DoesNotExist
     return order
+
+
+def _changeable(id: int) -> Order:
+    """The order, if reachable, locked for a change that the request's If-Match allows."""
+    return if_match(_reachable(id, Order.get_for_update), represent)
 
 
 def _check_status_change(body: dict, order: Order) -> None:
@@ -84,18 +90,18 @@ def get_order(id):
 
 
 def replace_order(id, body):
-    order = _reachable(id)
+    order = _changeable(id)
     _check_status_change(body, order)
     order.change({"note": None, **body})
     return represent(order)
 
 
 def update_order(id, body):
-    order = _reachable(id)
+    order = _changeable(id)
     _check_status_change(body, order)
     order.change(body)
     return represent(order)
 
 
 def delete_order(id):
-    _reachable(id).delete_finished()
+    _changeable(id).delete_finished()

@@ -12,8 +12,9 @@ from shopapi.problems import problem_body
 from shopapi.request_id import request_id_of
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-# Beyond the CORS-safelisted ones (Accept, Content-Type, ...).
-ALLOWED_HEADERS = ("Authorization", "X-API-Key", "X-Request-ID")
+# Beyond the CORS-safelisted ones (Accept, Content-Type, ...); the conditional ones let a browser
+# revalidate and avoid lost updates (shopapi/etags.py).
+ALLOWED_HEADERS = ("Authorization", "X-API-Key", "X-Request-ID", "If-Match", "If-None-Match")
 # The response headers a browser script may read.
 EXPOSED_HEADERS = (
     "Link",

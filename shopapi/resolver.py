@@ -8,11 +8,16 @@ raised), so every body a handler returns is declared `application/json` here, on
 Connexion also passes `user` and `token_info` to any handler taking `**kwargs` (the list
 handlers, whose keyword arguments are the list's parameters); handlers ask for the caller with
 shopapi.security.current_principal() instead, so those two are dropped here.
+
+The resolver sees every operation of the contract, so it also gives each handler the ETag
+behaviour its operation declares (shopapi.etags).
 """
 
 import functools
 
-from connexion.resolver import Resolver
+from connexion.resolver import Resolution, Resolver
+
+from shopapi import etags
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -32,5 +37,13 @@ def _as_json(handler):
 
 
 class HandlerResolver(Resolver):
-    def resolve_function_from_operation_id(self, operation_id):
-        return _as_json(super().resolve_function_from_operation_id(operation_id))
+    def __init__(self, spec: dict):
+        """`spec`: the contract whose operations this resolver resolves."""
+        super().__init__()
+        self.spec = spec
+
+    def resolve(self, operation):
+        operation_id = self.resolve_operation_id(operation)
+        handler = _as_json(self.resolve_function_from_operation_id(operation_id))
+        handler = etags.conditional(handler, self.spec, operation.path, operation.method)
+        return Resolution(handler, operation_id)
