@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         app.add_api(
             served_spec,
             base_path=_base_path(served_spec),
-            resolver=HandlerResolver(),
+            resolver=HandlerResolver(served_spec),
             strict_validation=True,
             validate_responses=settings.validate_responses,
             swagger_ui_options=docs,

@@ -4,10 +4,12 @@ Without the `admin` scope a caller reaches only its own orders (another user's i
 absent), places orders only for itself, and may cancel but not pay, ship or deliver.
 """
 
+import flask
 import peewee
 from connexion.exceptions import Forbidden
 
 from models import Order, OrderItem, User
+from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.representations import versioned
 from shopapi.responses import created
@@ -41,11 +43,16 @@ def _with_items(orders):
     return peewee.prefetch(orders, OrderItem.select().order_by(OrderItem.id))
 
 
-def _reachable(id: int) -> Order:
-    order = Order.get_by_id(id)
+def _reachable(id: int, load=Order.get_by_id) -> Order:
+    order = load(id)
     if not current_principal().reaches(order.user_id):
         raise Order.DoesNotExist
     return order
+
+
+def _changeable(id: int) -> Order:
+    """The order, if reachable, locked for a change that the request's If-Match allows."""
+    return if_match(_reachable(id, Order.get_for_update), represent)
 
 
 def _check_status_change(body: dict, order: Order) -> None:
@@ -60,10 +67,16 @@ def list_orders(**params):
 
 
 def list_user_orders(id, **params):
-    if not current_principal().reaches(id):
+    # The path's `id` is the user's; the list's `id` filter (an order's) has the same name, and
+    # Connexion hands the handler the query's value under it. The user comes from the path, and
+    # the filter goes back among the list's parameters.
+    user_id = flask.request.view_args["id"]
+    if "id" in flask.request.args:
+        params["id"] = id
+    if not current_principal().reaches(user_id):
         raise User.DoesNotExist
-    User.get_by_id(id)
-    orders = Order.select().where(Order.user == id)
+    User.get_by_id(user_id)
+    orders = Order.select().where(Order.user == user_id)
     return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
@@ -79,18 +92,18 @@ def get_order(id):
 
 
 def replace_order(id, body):
-    order = _reachable(id)
+    order = _changeable(id)
     _check_status_change(body, order)
     order.change({"note": None, **body})
     return represent(order)
 
 
 def update_order(id, body):
-    order = _reachable(id)
+    order = _changeable(id)
     _check_status_change(body, order)
     order.change(body)
     return represent(order)
 
 
 def delete_order(id):
-    _reachable(id).delete_finished()
+    _changeable(id).delete_finished()

@@ -1,6 +1,7 @@
 """The product catalogue."""
 
 from models import Product
+from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.representations import versioned
 from shopapi.responses import created
@@ -36,19 +37,24 @@ def get_product(id):
     return represent(Product.get_by_id(id))
 
 
+def _changeable(id: int) -> Product:
+    """The product, locked for a change that the request's If-Match allows."""
+    return if_match(Product.get_for_update(id), represent)
+
+
 def replace_product(id, body):
-    product = Product.get_by_id(id)
+    product = _changeable(id)
     product.replace(body)
     product.save()
     return represent(product)
 
 
 def update_product(id, body):
-    product = Product.get_by_id(id)
+    product = _changeable(id)
     product.assign(body)
     product.save()
     return represent(product)
 
 
 def delete_product(id):
-    Product.get_by_id(id).delete_unreferenced()
+    _changeable(id).delete_unreferenced()

@@ -6,6 +6,7 @@ Without the `admin` scope a caller reaches only its own record; any other is 404
 from connexion.exceptions import Forbidden
 
 from models import User
+from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.responses import created
 from shopapi.security import current_principal
@@ -22,10 +23,15 @@ def represent(user: User) -> dict:
     }
 
 
-def _reachable(id: int) -> User:
+def _reachable(id: int, load=User.get_by_id) -> User:
     if not current_principal().reaches(id):
         raise User.DoesNotExist
-    return User.get_by_id(id)
+    return load(id)
+
+
+def _changeable(id: int) -> User:
+    """The user, if reachable, locked for a change that the request's If-Match allows."""
+    return if_match(_reachable(id, User.get_for_update), represent)
 
 
 def _check_role_change(body: dict, user: User) -> None:
@@ -48,7 +54,7 @@ def get_user(id):
 
 
 def replace_user(id, body):
-    user = _reachable(id)
+    user = _changeable(id)
     _check_role_change(body, user)
     # The role is the admin's to set: a replacement that leaves it out keeps it.
     user.replace({"role": user.role, **body})
@@ -57,7 +63,7 @@ def replace_user(id, body):
 
 
 def update_user(id, body):
-    user = _reachable(id)
+    user = _changeable(id)
     _check_role_change(body, user)
     user.assign(body)
     user.save()
@@ -65,4 +71,4 @@ def update_user(id, body):
 
 
 def delete_user(id):
-    _reachable(id).delete_without_orders()
+    _changeable(id).delete_without_orders()

@@ -2,7 +2,7 @@
 
 import peewee
 
-from models.db import database
+from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
 
 
@@ -29,6 +29,18 @@ class BaseModel(peewee.Model):
         row.replace(fields)
         row.save()
         return row
+
+    @classmethod
+    def get_for_update(cls, id: int):
+        """The row with this id, as `get_by_id`, locked against other writers until the current
+        transaction ends: SELECT ... FOR UPDATE on PostgreSQL. On SQLite a transaction already
+        holds the database's write lock (BEGIN IMMEDIATE, see models.db), and Peewee refuses
+        FOR UPDATE there. Outside a transaction a lock would end with the statement, so none is
+        taken and the read is the same as `get_by_id`'s."""
+        query = cls.select().where(cls.id == id)
+        if is_postgresql() and database.in_transaction():
+            query = query.for_update()
+        return query.get()
 
     def assign(self, changes: dict) -> None:
         """Set the writable fields named in `changes` (a merge patch: absent fields stay)."""

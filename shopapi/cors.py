@@ -12,8 +12,16 @@ from shopapi.problems import problem_body
 from shopapi.request_id import request_id_of
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-# Beyond the CORS-safelisted ones (Accept, Content-Type, ...).
-ALLOWED_HEADERS = ("Authorization", "Idempotency-Key", "X-API-Key", "X-Request-ID")
+# Beyond the CORS-safelisted ones (Accept, Content-Type, ...); the conditional ones let a browser
+# revalidate and avoid lost updates (shopapi/etags.py).
+ALLOWED_HEADERS = (
+    "Authorization",
+    "Idempotency-Key",
+    "If-Match",
+    "If-None-Match",
+    "X-API-Key",
+    "X-Request-ID",
+)
 # The response headers a browser script may read.
 EXPOSED_HEADERS = (
     "API-Version",

@@ -6,7 +6,9 @@ import json
 import orjson
 from connexion.jsonifier import Jsonifier
 
-_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+# Times as RFC 3339 UTC with a `Z`. Shared with shopapi.etags, which hashes a representation
+# rendered the way a client receives it.
+OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
 class CompactJsonifier(Jsonifier):
@@ -14,7 +16,7 @@ class CompactJsonifier(Jsonifier):
         super().__init__(json)
 
     def dumps(self, data, **kwargs) -> bytes:
-        return orjson.dumps(data, option=_OPTIONS)
+        return orjson.dumps(data, option=OPTIONS)
 
     def loads(self, data):
         return orjson.loads(data)

@@ -11,13 +11,16 @@ shopapi.security.current_principal() instead, so those two are dropped here.
 
 A request body reaches the handler in v1's form, whichever version it was sent in
 (shopapi/representations.py).
+
+The resolver sees every operation of the contract, so it also gives each handler the ETag
+behaviour its operation declares (shopapi.etags).
 """
 
 import functools
 
-from connexion.resolver import Resolver
+from connexion.resolver import Resolution, Resolver
 
-from shopapi import representations
+from shopapi import etags, representations
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -39,5 +42,13 @@ def _as_json(handler):
 
 
 class HandlerResolver(Resolver):
-    def resolve_function_from_operation_id(self, operation_id):
-        return _as_json(super().resolve_function_from_operation_id(operation_id))
+    def __init__(self, spec: dict):
+        """`spec`: the contract whose operations this resolver resolves."""
+        super().__init__()
+        self.spec = spec
+
+    def resolve(self, operation):
+        operation_id = self.resolve_operation_id(operation)
+        handler = _as_json(self.resolve_function_from_operation_id(operation_id))
+        handler = etags.conditional(handler, self.spec, operation.path, operation.method)
+        return Resolution(handler, operation_id)

@@ -57,3 +57,17 @@ def test_a_users_orders_are_listed_under_the_user(client):
     assert response.status_code == 200
     assert [order["id"] for order in response.json()["data"]] == [mine["id"]]
     assert_problem(client.get("/v1/users/999999/orders"), 404)
+
+
+def test_an_id_filter_on_a_users_orders_filters_the_orders_not_the_user(client):
+    """`id` is both the path's user and the list's filter on an order's id."""
+    from helpers import create_product, place_order
+
+    ada, bob = create_user(client), create_user(client)
+    product = create_product(client)
+    adas = place_order(client, ada, (product, 1)).json()
+    place_order(client, ada, (product, 1))
+    listed = client.get(f"/v1/users/{ada['id']}/orders?id={adas['id']}").json()["data"]
+    assert [order["id"] for order in listed] == [adas["id"]]
+    assert client.get(f"/v1/users/{bob['id']}/orders?id={adas['id']}").json()["data"] == []
+    assert_problem(client.get(f"/v1/users/999999/orders?id={adas['id']}"), 404)
