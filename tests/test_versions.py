@@ -306,3 +306,39 @@ def test_the_contract_and_the_code_agree_on_each_currency_minor_units(anonymous)
 def test_an_unserved_default_version_is_refused_at_start(app_with):
     with pytest.raises(ConfigurationError, match="API_DEFAULT_VERSION 3"):
         app_with(default_api_version=3)
+
+
+def test_each_version_has_its_own_etag_for_one_product(client):
+    product = create_v2_product(client)
+    v1 = client.get(f"/v1/products/{product['id']}")
+    v2 = client.get(f"/v2/products/{product['id']}")
+    assert v1.headers["etag"] != v2.headers["etag"]  # two representations, two tags
+    unversioned = client.get(f"/products/{product['id']}", headers=V2)
+    assert unversioned.headers["etag"] == v2.headers["etag"]
+    revalidated = client.get(
+        f"/v2/products/{product['id']}", headers={"If-None-Match": v2.headers["etag"]}
+    )
+    assert revalidated.status_code == 304
+    stale = client.patch(
+        f"/v2/products/{product['id']}", json={"stock": 1}, headers={"If-Match": v1.headers["etag"]}
+    )
+    assert_problem(stale, 412)
+    changed = client.patch(
+        f"/v2/products/{product['id']}", json={"stock": 1}, headers={"If-Match": v2.headers["etag"]}
+    )
+    assert changed.status_code == 200
+    assert changed.headers["etag"] == client.get(f"/v2/products/{product['id']}").headers["etag"]
+
+
+def test_an_idempotency_key_replays_across_the_two_spellings_of_v2(client):
+    body = {"sku": "KEY-001", "name": "Cup", "price": _money("4")}
+    key = {"Idempotency-Key": "versions-key-1"}
+    first = client.post("/v2/products", json=body, headers=key)
+    again = client.post("/products", json=body, headers={**key, **V2})
+    assert first.status_code == again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    # v1 is another request (another path): the key is taken.
+    v1_body = {"sku": "KEY-001", "name": "Cup", "price_cents": 400}
+    assert_problem(client.post("/v1/products", json=v1_body, headers=key), 422)
+    assert client.get("/v1/products").json()["meta"]["total"] == 1
