@@ -1,4 +1,4 @@
-from helpers import assert_problem, create_user
+from helpers import assert_problem, create_product, create_user, place_order
 
 from models import User
 
@@ -61,8 +61,6 @@ def test_a_users_orders_are_listed_under_the_user(client):
 
 def test_an_id_filter_on_a_users_orders_filters_the_orders_not_the_user(client):
     """`id` is both the path's user and the list's filter on an order's id."""
-    from helpers import create_product, place_order
-
     ada, bob = create_user(client), create_user(client)
     product = create_product(client)
     adas = place_order(client, ada, (product, 1)).json()
