@@ -5,9 +5,7 @@ whichever single route matched first (`Allow: GET, HEAD` on a path that also tak
 §15.5.6 asks for all of them.
 """
 
-import re
-
-from shopapi.operations import HTTP_METHODS
+from shopapi.operations import HTTP_METHODS, route_pattern
 
 
 class AllowedMethods:
@@ -16,11 +14,11 @@ class AllowedMethods:
         for spec in specs:
             base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
             for template, item in spec["paths"].items():
-                pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(base + template))
+                pattern = route_pattern(base + template)
                 methods = {m.upper() for m in item if m in HTTP_METHODS}
                 if "GET" in methods:
                     methods.add("HEAD")
-                self._paths.append((re.compile(pattern), ", ".join(sorted(methods))))
+                self._paths.append((pattern, ", ".join(sorted(methods))))
 
     def header_for(self, path: str) -> str | None:
         for pattern, allow in self._paths:

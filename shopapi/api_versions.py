@@ -94,13 +94,14 @@ class ApiVersionMiddleware:
             prefix = f"/v{version}"
             scope["path"] = prefix + path
             scope["raw_path"] = prefix.encode() + (scope.get("raw_path") or path.encode())
-        header = str(version).encode() if version in self.served else None
+        # A versioned path names a version; only a served one is announced (/v9/... is a 404).
+        announced = str(version) if version in self.served else None
 
         async def send_with_version(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                if header:
-                    headers.append("API-Version", header.decode())
+                if announced:
+                    headers.append("API-Version", announced)
                 headers.append("Vary", "Accept")
             await send(message)
 

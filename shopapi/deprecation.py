@@ -9,7 +9,7 @@ import re
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shopapi.operations import Operation, Operations
+from shopapi.operations import Operation, Operations, route_pattern
 
 
 def _midnight(day: datetime.date) -> datetime.datetime:
@@ -18,8 +18,7 @@ def _midnight(day: datetime.date) -> datetime.datetime:
 
 def _path_parameters(route: str, path: str) -> dict[str, str]:
     # Connexion keeps the path parameters in a scope of its own; the route template has them.
-    pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(route))
-    match = re.fullmatch(pattern, path)
+    match = route_pattern(route).fullmatch(path)
     return match.groupdict() if match else {}
 
 

@@ -4,6 +4,7 @@ Idempotency-Key."""
 
 import dataclasses
 import datetime
+import re
 from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -50,6 +51,12 @@ def _deprecation(operation: dict) -> Deprecation | None:
 def _date(value) -> datetime.date | None:
     # YAML reads an unquoted 2027-06-30 as a date already.
     return datetime.date.fromisoformat(str(value)) if value else None
+
+
+def route_pattern(route: str) -> re.Pattern:
+    """A regex that matches the paths of a route template (`/v1/users/{id}`), each path
+    parameter a named group."""
+    return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(route)))
 
 
 def operations_of(spec: dict) -> Iterator[Operation]:
