@@ -38,6 +38,7 @@ class Amount:
     null = False
 
 
+@functools.cache
 def columns_of(model: type[peewee.Model]) -> dict:
     """What a list of `model` can be filtered and sorted by, by the name the contract gives it:
     the columns, and for each money field of the model (`money_fields`) the v2 names
@@ -78,11 +79,17 @@ def _typed(parameter: str, field, value):
         return edge.replace(tzinfo=datetime.UTC)
 
 
-def _filter_of(columns: dict, argument: str) -> tuple[str, str, str]:
+@functools.cache
+def _argument_names(model: type[peewee.Model]) -> dict[str, str]:
+    """Each column's name as Connexion hands it to a handler, and the name itself."""
+    return {sanitized(name): name for name in columns_of(model)}
+
+
+def _filter_of(model: type[peewee.Model], argument: str) -> tuple[str, str, str]:
     """(column name, operator, parameter name) for a handler argument. Connexion hands
     `price_cents[gte]` to the handler as `price_cents_gte` and `price.amount[gte]` as
     `priceamount_gte` (only identifier characters are kept)."""
-    names = {sanitized(name): name for name in columns}
+    names = _argument_names(model)
     if argument in names:
         return names[argument], "eq", names[argument]
     name, op = argument.rsplit("_", 1)
@@ -157,7 +164,7 @@ class ListRequest:
         self.filters = {k: v for k, v in params.items() if k not in _NOT_FILTERS}
         self.conditions = []
         for argument, value in sorted(self.filters.items()):
-            name, op, parameter = _filter_of(columns, argument)
+            name, op, parameter = _filter_of(model, argument)
             value = _typed(parameter, columns[name], value)
             self.conditions.append(_condition(_node(columns[name]), op, value))
         self.sort = params.get("sort") or "id"
