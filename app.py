@@ -89,6 +89,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.teardown_request(close_connection)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
+    app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
+    app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
     security.install(app, AccessTokens(settings), settings.metrics_token)
     if settings.admin_email:
         with database.connection_context():

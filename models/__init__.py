@@ -1,19 +1,37 @@
 """The data model: Peewee models bound to the database chosen at start-up (see models.db)."""
 
 from models.api_key import ApiKey
+from models.event import Event
 from models.idempotency_key import IdempotencyKey
 from models.oauth_client import OAuthClient
 from models.order import Order, OrderItem
 from models.product import Product
 from models.refresh_token import RefreshToken
 from models.user import User
+from models.webhook import Delivery, DeliveryAttempt, Webhook
 
 # In dependency order: a model's references come before it.
-MODELS = (User, Product, Order, OrderItem, ApiKey, OAuthClient, RefreshToken, IdempotencyKey)
+MODELS = (
+    User,
+    Product,
+    Order,
+    OrderItem,
+    ApiKey,
+    OAuthClient,
+    RefreshToken,
+    IdempotencyKey,
+    Event,
+    Webhook,
+    Delivery,
+    DeliveryAttempt,
+)
 
 __all__ = [
     "MODELS",
     "ApiKey",
+    "Delivery",
+    "DeliveryAttempt",
+    "Event",
     "IdempotencyKey",
     "OAuthClient",
     "Order",
@@ -21,4 +39,5 @@ __all__ = [
     "Product",
     "RefreshToken",
     "User",
+    "Webhook",
 ]

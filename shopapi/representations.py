@@ -73,15 +73,20 @@ def _bad_amount(name: str, detail: str) -> ValidationProblem:
 _CHANGES = {2: (_money_shown, _money_read)}
 
 
+def in_version(fields: dict, version: int) -> dict:
+    """v1's representation `fields` as `version` shows it."""
+    change = _CHANGES.get(version)
+    return change[0](fields) if change else fields
+
+
 def versioned(represent):
     """Decorates a handler's `represent(row) -> dict` (v1's representation) to give the
-    representation of the request's version."""
+    representation of the request's version. The undecorated function stays reachable as
+    `represent.__wrapped__` (the events' snapshots are v1's)."""
 
     @functools.wraps(represent)
     def shown(row) -> dict:
-        fields = represent(row)
-        change = _CHANGES.get(current_version())
-        return change[0](fields) if change else fields
+        return in_version(represent(row), current_version())
 
     return shown
 

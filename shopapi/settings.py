@@ -151,6 +151,18 @@ class Settings:
     alert_webhook_url: str | None = None
     # The version that an unversioned path (/products) with a plain JSON Accept gets.
     default_api_version: int = 1
+    # Events: a product whose stock falls below this emits `product.low_stock`.
+    low_stock_threshold: int = 5
+    # Webhook targets on private, loopback or link-local addresses are refused unless allowed
+    # (a receiver on the same host or network: tests, development).
+    webhook_allow_private: bool = False
+    # Delivery: each attempt waits this long for an answer; a failed one is retried after
+    # about base x 2^(attempt - 1) seconds (with jitter, at most an hour), until max_attempts.
+    webhook_timeout_seconds: float = 10.0
+    webhook_retry_base_seconds: float = 30.0
+    webhook_max_attempts: int = 8
+    # Where mobile push notifications go: `log` (a JSON line each, the default) or `none`.
+    push_transport: str = "log"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
@@ -172,6 +184,7 @@ class Settings:
             log.warning("CURSOR_SECRET is not set: using a generated one (fine for one process)")
         values.update(_security_from_env(environ))
         values.update(_traffic_from_env(environ))
+        values.update(_events_from_env(environ))
         return cls(**values)
 
 
@@ -253,4 +266,28 @@ def _traffic_from_env(environ: Mapping[str, str]) -> dict:
         values["alert_webhook_url"] = _url(
             "ALERT_WEBHOOK_URL", environ["ALERT_WEBHOOK_URL"], ("http", "https")
         )
+    return values
+
+
+def _events_from_env(environ: Mapping[str, str]) -> dict:
+    values = {}
+    if "LOW_STOCK_THRESHOLD" in environ:
+        values["low_stock_threshold"] = _integer(
+            "LOW_STOCK_THRESHOLD", environ["LOW_STOCK_THRESHOLD"], 0, 2**31 - 1
+        )
+    if "WEBHOOK_ALLOW_PRIVATE" in environ:
+        values["webhook_allow_private"] = _boolean(
+            "WEBHOOK_ALLOW_PRIVATE", environ["WEBHOOK_ALLOW_PRIVATE"]
+        )
+    for name in ("WEBHOOK_TIMEOUT_SECONDS", "WEBHOOK_RETRY_BASE_SECONDS"):
+        if name in environ:
+            values[name.lower()] = _positive_number(name, environ[name])
+    if "WEBHOOK_MAX_ATTEMPTS" in environ:
+        values["webhook_max_attempts"] = _integer(
+            "WEBHOOK_MAX_ATTEMPTS", environ["WEBHOOK_MAX_ATTEMPTS"], 1, 100
+        )
+    if "PUSH_TRANSPORT" in environ:
+        if environ["PUSH_TRANSPORT"] not in ("log", "none"):
+            raise ConfigurationError("PUSH_TRANSPORT must be log or none")
+        values["push_transport"] = environ["PUSH_TRANSPORT"]
     return values

@@ -1,0 +1,39 @@
+"""The outbox: one row per change a client may want to hear about, written in the transaction
+of the change itself, so a change that rolls back leaves no event and a committed one always has
+its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/worker.py) fans each event
+out to the webhooks subscribed to it and marks it `dispatched_at`."""
+
+import peewee
+
+from models.db import database
+from models.fields import UTCDateTimeField, utc_now
+
+TYPES = (
+    "order.created",
+    "order.status_changed",
+    "order.cancelled",
+    "product.created",
+    "product.updated",
+    "product.low_stock",
+    "user.created",
+)
+
+
+class Event(peewee.Model):
+    type = peewee.CharField(max_length=32)
+    occurred_at = UTCDateTimeField(default=utc_now)
+    resource_type = peewee.CharField(max_length=16)
+    resource_id = peewee.BigIntegerField()
+    # The user the resource belongs to (an order's customer, a user themself): besides admins,
+    # only they see the event. NULL for the catalogue, which every product reader sees.
+    owner_id = peewee.BigIntegerField(null=True)
+    # Who made the change: the credentials' subject, and the user they act as (if any).
+    actor_subject = peewee.CharField(max_length=255)
+    actor_user_id = peewee.BigIntegerField(null=True)
+    # The resource as it was after the change: its v1 representation, as JSON text.
+    data = peewee.TextField()
+    dispatched_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        database = database
+        legacy_table_names = False

@@ -1,0 +1,80 @@
+"""Webhooks: where a partner or admin wants events sent, and each delivery of an event there.
+
+A delivery is one event for one webhook: pending until the receiver answers 2xx (delivered), or
+until it has failed every allowed attempt or the receiver answered 410 (failed). Each attempt is
+kept (DeliveryAttempt). A redelivery is a new delivery of the same event.
+"""
+
+import peewee
+
+from models.base import BaseModel
+from models.db import database
+from models.event import Event
+from models.fields import UTCDateTimeField, utc_now
+from models.user import User
+
+DELIVERY_STATES = ("pending", "delivered", "failed")
+
+
+class Webhook(BaseModel):
+    # NULL for credentials that act for no user (an admin's OAuth client).
+    owner = peewee.ForeignKeyField(User, null=True, backref="webhooks", on_delete="CASCADE")
+    url = peewee.TextField()
+    # The event types it takes, space-separated.
+    event_types = peewee.TextField()
+    description = peewee.TextField(null=True)
+    enabled = peewee.BooleanField(default=True)
+    # Why the service turned it off (the receiver answered 410 Gone); NULL when enabled by hand.
+    disabled_reason = peewee.TextField(null=True)
+    # The Standard Webhooks secret (`whsec_` + base64): the worker signs with it, so it is kept
+    # as it is; the API shows it once, at creation.
+    secret = peewee.CharField(max_length=64)
+    # Payloads are in the representation of the API version the webhook was registered through.
+    api_version = peewee.SmallIntegerField(default=1)
+
+    writable = ("url", "events", "description", "enabled")
+
+    @property
+    def events(self) -> list[str]:
+        return self.event_types.split()
+
+    @events.setter
+    def events(self, types: list[str]) -> None:
+        self.event_types = " ".join(dict.fromkeys(types))
+
+
+class Delivery(BaseModel):
+    webhook = peewee.ForeignKeyField(Webhook, backref="deliveries", on_delete="CASCADE")
+    event = peewee.ForeignKeyField(Event, backref="deliveries", on_delete="CASCADE")
+    # The event's resource, kept here so that the worker delivers the events of one resource to
+    # one webhook in order without a join.
+    resource_type = peewee.CharField(max_length=16)
+    resource_id = peewee.BigIntegerField()
+    status = peewee.CharField(max_length=16, default="pending")
+    attempts = peewee.IntegerField(default=0)
+    next_attempt_at = UTCDateTimeField(default=utc_now)
+    # A worker delivering it holds it until then; a worker that died lets it go at that time.
+    leased_until = UTCDateTimeField(null=True)
+
+    @classmethod
+    def of(cls, webhook: Webhook, event: Event) -> "Delivery":
+        return cls.create(
+            webhook=webhook,
+            event=event,
+            resource_type=event.resource_type,
+            resource_id=event.resource_id,
+        )
+
+
+class DeliveryAttempt(peewee.Model):
+    delivery = peewee.ForeignKeyField(Delivery, backref="attempt_log", on_delete="CASCADE")
+    number = peewee.IntegerField()
+    attempted_at = UTCDateTimeField(default=utc_now)
+    duration_ms = peewee.IntegerField()
+    # The receiver's status, or NULL when there was none (timeout, refused, ...: see `error`).
+    response_status = peewee.IntegerField(null=True)
+    error = peewee.TextField(null=True)
+
+    class Meta:
+        database = database
+        legacy_table_names = False
