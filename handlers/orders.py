@@ -2,13 +2,21 @@
 
 Without the `admin` scope a caller reaches only its own orders (another user's is 404, as if
 absent), places orders only for itself, and may cancel but not pay, ship or deliver.
+
+Each change writes its events (order.created, order.status_changed, order.cancelled, and
+product.low_stock for stock an order takes) in its own transaction: see shopapi/events.py.
 """
+
+import collections
 
 import flask
 import peewee
 from connexion.exceptions import Forbidden
 
-from models import Order, OrderItem, User
+from handlers import products
+from models import Order, OrderItem, Product, User
+from models.db import database
+from shopapi import events
 from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.representations import versioned
@@ -80,10 +88,24 @@ def list_user_orders(id, **params):
     return list_response(Order, orders, params, represent, fetch=_with_items)
 
 
+def _record_low_stock(items: list[dict]) -> None:
+    """product.low_stock for each product whose stock these items, just taken, brought below
+    the threshold. The rows are locked by the taking, so their stock is this order's doing."""
+    taken = collections.Counter()
+    for item in items:
+        taken[item["product_id"]] += item["quantity"]
+    for product in Product.select().where(Product.id.in_(list(taken))).order_by(Product.id):
+        if events.fell_below_threshold(product.stock + taken[product.id], product.stock):
+            events.record("product.low_stock", product, products.represent)
+
+
 def create_order(body):
     if not current_principal().reaches(body["user_id"]):
         raise Forbidden("You can place orders only for yourself.")
-    order = Order.place(body["user_id"], body["items"], body.get("note"))
+    with database.atomic():
+        order = Order.place(body["user_id"], body["items"], body.get("note"))
+        events.record("order.created", order, represent, owner_id=order.user_id)
+        _record_low_stock(body["items"])
     return created(represent(order), order.id)
 
 
@@ -91,18 +113,25 @@ def get_order(id):
     return represent(_reachable(id))
 
 
+def _changed(id: int, changes: dict) -> dict:
+    """Apply `changes` to the order, with the event of its new status if it has one."""
+    with database.atomic():
+        order = _changeable(id)
+        _check_status_change(changes, order)
+        status_before = order.status
+        order.change(changes)
+        if order.status != status_before:
+            moved = "order.cancelled" if order.status == "cancelled" else "order.status_changed"
+            events.record(moved, order, represent, owner_id=order.user_id)
+        return represent(order)
+
+
 def replace_order(id, body):
-    order = _changeable(id)
-    _check_status_change(body, order)
-    order.change({"note": None, **body})
-    return represent(order)
+    return _changed(id, {"note": None, **body})
 
 
 def update_order(id, body):
-    order = _changeable(id)
-    _check_status_change(body, order)
-    order.change(body)
-    return represent(order)
+    return _changed(id, body)
 
 
 def delete_order(id):

@@ -1,6 +1,9 @@
-"""The product catalogue."""
+"""The product catalogue. Each change writes its event (product.created, product.updated,
+product.low_stock) in its own transaction: see shopapi/events.py."""
 
 from models import Product
+from models.db import database
+from shopapi import events
 from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.representations import versioned
@@ -29,7 +32,9 @@ def list_products(**params):
 
 
 def create_product(body):
-    product = Product.new(body)
+    with database.atomic():
+        product = Product.new(body)
+        events.record("product.created", product, represent)
     return created(represent(product), product.id)
 
 
@@ -42,18 +47,29 @@ def _changeable(id: int) -> Product:
     return if_match(Product.get_for_update(id), represent)
 
 
-def replace_product(id, body):
-    product = _changeable(id)
-    product.replace(body)
+def _updated(product: Product, stock_before: int) -> dict:
+    """Save the changed `product` with its events; its representation."""
     product.save()
+    events.record("product.updated", product, represent)
+    if events.fell_below_threshold(stock_before, product.stock):
+        events.record("product.low_stock", product, represent)
     return represent(product)
+
+
+def replace_product(id, body):
+    with database.atomic():
+        product = _changeable(id)
+        stock_before = product.stock
+        product.replace(body)
+        return _updated(product, stock_before)
 
 
 def update_product(id, body):
-    product = _changeable(id)
-    product.assign(body)
-    product.save()
-    return represent(product)
+    with database.atomic():
+        product = _changeable(id)
+        stock_before = product.stock
+        product.assign(body)
+        return _updated(product, stock_before)
 
 
 def delete_product(id):

@@ -6,6 +6,8 @@ Without the `admin` scope a caller reaches only its own record; any other is 404
 from connexion.exceptions import Forbidden
 
 from models import User
+from models.db import database
+from shopapi import events
 from shopapi.etags import if_match
 from shopapi.listing import list_response
 from shopapi.responses import created
@@ -45,7 +47,9 @@ def list_users(**params):
 
 
 def create_user(body):
-    user = User.new(body)
+    with database.atomic():
+        user = User.new(body)
+        events.record("user.created", user, represent, owner_id=user.id)
     return created(represent(user), user.id)
 
 

@@ -3,6 +3,9 @@ of the change itself, so a change that rolls back leaves no event and a committe
 its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/worker.py) fans each event
 out to the webhooks subscribed to it and marks it `dispatched_at`."""
 
+import functools
+import operator
+
 import peewee
 
 from models.db import database
@@ -17,6 +20,7 @@ TYPES = (
     "product.low_stock",
     "user.created",
 )
+TYPES_OF_RESOURCES = ("order", "product", "user")
 
 
 class Event(peewee.Model):
@@ -37,3 +41,16 @@ class Event(peewee.Model):
     class Meta:
         database = database
         legacy_table_names = False
+
+    @classmethod
+    def seen_by(cls, user_id: int | None, sees_all: bool, resource_types=TYPES_OF_RESOURCES):
+        """Which events of `resource_types` a user sees (a condition): the catalogue's, and
+        those of what belongs to them; `sees_all` (an admin) sees every one."""
+        seen = []
+        for resource_type in resource_types:
+            kind = cls.resource_type == resource_type
+            if sees_all or resource_type == "product":
+                seen.append(kind)
+            elif user_id is not None:
+                seen.append(kind & (cls.owner_id == user_id))
+        return functools.reduce(operator.or_, seen) if seen else peewee.SQL("1 = 0")

@@ -12,12 +12,14 @@ SCOPES = (
     "products:write",
     "orders:read",
     "orders:write",
+    "webhooks",
     "admin",
 )
 # What each role may be granted. Customers and partners reach only their own user record and
-# orders (see shopapi.security.Principal); partners also keep a catalogue; `admin` reaches all.
+# orders (see shopapi.security.Principal); partners also keep a catalogue and register webhooks;
+# `admin` reaches all.
 ROLE_SCOPES = {
-    "customer": frozenset(SCOPES) - {"products:write", "admin"},
+    "customer": frozenset(SCOPES) - {"products:write", "webhooks", "admin"},
     "partner": frozenset(SCOPES) - {"admin"},
     "admin": frozenset(SCOPES),
 }

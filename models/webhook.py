@@ -42,6 +42,12 @@ class Webhook(BaseModel):
     def events(self, types: list[str]) -> None:
         self.event_types = " ".join(dict.fromkeys(types))
 
+    def events_seen(self):
+        """Which events this webhook's owner may see (a condition on Event): an admin's (or a
+        webhook of credentials acting for no user, which only an admin registers) all."""
+        sees_all = self.owner_id is None or self.owner.role == "admin"
+        return Event.seen_by(self.owner_id, sees_all)
+
 
 class Delivery(BaseModel):
     webhook = peewee.ForeignKeyField(Webhook, backref="deliveries", on_delete="CASCADE")

@@ -49,7 +49,7 @@ def _resolve(schema: dict, schemas: dict) -> dict:
 def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
     """The properties a list shows: every one but the write-only."""
     properties = {}
-    for name, schema in resource["properties"].items():
+    for name, schema in resource.get("properties", {}).items():
         schema = _resolve(schema, schemas)
         if not schema.get("writeOnly"):
             properties[name] = schema

@@ -13,6 +13,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0003_credentials",
         "m0004_idempotency_keys",
         "m0005_sqlite_ids_never_reused",
+        "m0006_events_and_webhooks",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -26,6 +27,10 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "oauth_client",
             "refresh_token",
             "idempotency_key",
+            "event",
+            "webhook",
+            "delivery",
+            "delivery_attempt",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
         assert recorded == [
@@ -34,6 +39,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0003_credentials",),
             ("m0004_idempotency_keys",),
             ("m0005_sqlite_ids_never_reused",),
+            ("m0006_events_and_webhooks",),
         ]
 
 
@@ -58,7 +64,8 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_rows_keys_and_indexes(tmp_
 
     db = open_database(f"sqlite:///{tmp_path}/old.db")
     names = migrations._migration_names()
-    monkeypatch.setattr(migrations, "_migration_names", lambda: names[:-1])
+    before_m0005 = names[: names.index("m0005_sqlite_ids_never_reused")]
+    monkeypatch.setattr(migrations, "_migration_names", lambda: before_m0005)
     migrate(db)  # a database from before m0005, with data
     with db.connection_context():
         day = ("2026-01-01", "2026-01-01")
@@ -71,7 +78,9 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_rows_keys_and_indexes(tmp_
             db.execute_sql(sql, day)
         db.execute_sql("INSERT INTO order_item VALUES (1, 1, 1, 1, 100)")
         indexes = db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-    monkeypatch.setattr(migrations, "_migration_names", lambda: names)
+    monkeypatch.setattr(
+        migrations, "_migration_names", lambda: [*before_m0005, "m0005_sqlite_ids_never_reused"]
+    )
     assert migrate(db) == ["m0005_sqlite_ids_never_reused"]
     with db.connection_context():
         assert db.execute_sql("SELECT id, sku FROM product").fetchall() == [(1, "S-1"), (2, "S-2")]

@@ -71,10 +71,20 @@ def test_only_the_token_endpoint_is_public():
 # --- 401 ------------------------------------------------------------------------------------
 
 
+def _url(path: str, ids) -> str:
+    """`path` with its parameters filled in: `ids` is the `{id}`, or a dict of names to values."""
+    for name, value in (ids if isinstance(ids, dict) else {"id": ids}).items():
+        path = path.replace(f"{{{name}}}", str(value))
+    return path
+
+
+ANY_IDS = {"id": 1, "webhook_id": 1}
+
+
 @pytest.mark.parametrize("operation_id", sorted(OPERATIONS))
 def test_every_operation_needs_credentials(anonymous, operation_id):
     method, path, _ = OPERATIONS[operation_id]
-    response = anonymous.request(method, path.replace("{id}", "1"))
+    response = anonymous.request(method, _url(path, ANY_IDS))
     body = assert_problem(response, 401)
     assert response.headers["www-authenticate"] == 'Bearer realm="shopapi"'
     assert "bearer token" in body["detail"]
@@ -199,7 +209,7 @@ def test_a_missing_scope_is_403(client, anonymous, operation_id, missing, scheme
     else:
         admin = create_user(client, role="admin")
         headers = {"X-API-Key": _api_key(client, admin, scopes)["key"]}
-    response = anonymous.request(method, path.replace("{id}", "1"), headers=headers)
+    response = anonymous.request(method, _url(path, ANY_IDS), headers=headers)
     assert_problem(response, 403)
     required = " ".join(sorted(OPERATIONS[operation_id][2]))
     challenge = f'Bearer realm="shopapi", error="insufficient_scope", scope="{required}"'
@@ -230,6 +240,28 @@ def _client_id(admin) -> int:
 
 def _key_id(admin, me) -> int:
     return _api_key(admin, me, ["products:read"])["id"]
+
+
+def _my_event_id(admin, me) -> int:
+    params = {"type": "user.created", "resource_id": me["id"]}
+    return admin.get("/v1/events", params=params).json()["data"][0]["id"]
+
+
+def _my_webhook_id(admin, me) -> int:
+    hook = {"url": "https://hooks.example.com/x", "events": ["user.created"]}
+    response = admin.post("/v1/webhooks", json=hook, headers=bearer_for(me))
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def _my_delivery_ids(admin, me) -> dict:
+    webhook_id = _my_webhook_id(admin, me)
+    response = admin.post(
+        f"/v1/webhooks/{webhook_id}/deliveries",
+        json={"event_id": _my_event_id(admin, me)},
+        headers=bearer_for(me),
+    )
+    return {"webhook_id": webhook_id, "id": response.json()["id"]}
 
 
 # operationId -> (admin client, the acting user) -> (path id or None, body or None)
@@ -276,7 +308,26 @@ CASES = {
     "create_api_key": lambda admin, me: (None, {"name": "k", "scopes": ["products:read"]}),
     "get_api_key": lambda admin, me: (_key_id(admin, me), None),
     "revoke_api_key": lambda admin, me: (_key_id(admin, me), None),
+    "list_events": lambda admin, me: (None, None),
+    "get_event": lambda admin, me: (_my_event_id(admin, me), None),
+    "list_webhooks": lambda admin, me: (None, None),
+    "create_webhook": lambda admin, me: (
+        None,
+        {"url": "https://hooks.example.com/x", "events": ["order.created"]},
+    ),
+    "get_webhook": lambda admin, me: (_my_webhook_id(admin, me), None),
+    "update_webhook": lambda admin, me: (_my_webhook_id(admin, me), {"enabled": False}),
+    "delete_webhook": lambda admin, me: (_my_webhook_id(admin, me), None),
+    "list_webhook_deliveries": lambda admin, me: ({"webhook_id": _my_webhook_id(admin, me)}, None),
+    "redeliver": lambda admin, me: (
+        {"webhook_id": _my_webhook_id(admin, me)},
+        {"event_id": _my_event_id(admin, me)},
+    ),
+    "get_webhook_delivery": lambda admin, me: (_my_delivery_ids(admin, me), None),
 }
+# The feed declares no scope: what it shows depends on the caller's read scopes, and an event
+# is found only with the read scope of its resource (an API key holds at least one scope).
+SEEING = {"get_event": ["users:read"], "list_events": ["products:read"]}
 
 
 def test_every_secured_operation_has_a_case():
@@ -286,7 +337,7 @@ def test_every_secured_operation_has_a_case():
 def _role_for(scopes) -> str:
     if "admin" in scopes:
         return "admin"
-    return "partner" if "products:write" in scopes else "customer"
+    return "partner" if {"products:write", "webhooks"} & set(scopes) else "customer"
 
 
 @pytest.mark.parametrize("operation_id", sorted(CASES))
@@ -295,14 +346,14 @@ def test_the_right_credentials_succeed_with_exactly_the_declared_scopes(
     client, anonymous, operation_id, scheme
 ):
     method, path, scopes = OPERATIONS[operation_id]
+    scopes = [*scopes, *SEEING.get(operation_id, ())]
     me = create_user(client, role=_role_for(scopes))
-    id, body = CASES[operation_id](client, me)
+    ids, body = CASES[operation_id](client, me)
     if scheme == "bearer":
         headers = bearer(str(me["id"]), scopes)
     else:
         headers = {"X-API-Key": _api_key(client, me, scopes)["key"]}
-    url = path.replace("{id}", str(id))
-    response = anonymous.request(method, url, json=body, headers=headers)
+    response = anonymous.request(method, _url(path, ids), json=body, headers=headers)
     assert response.status_code == _success_status(operation_id), response.text
 
 

@@ -1,0 +1,136 @@
+"""Webhooks: partners and admins register URLs that receive the events they may see; the worker
+(shopapi/worker.py) delivers them. A caller reaches only its own webhooks unless it has `admin`.
+"""
+
+import flask
+import peewee
+from connexion.exceptions import Forbidden
+
+from models import Delivery, DeliveryAttempt, Event, Webhook
+from models.errors import InvalidReference
+from shopapi import webhook_signatures, webhook_targets
+from shopapi.listing import list_response
+from shopapi.problems import ValidationProblem
+from shopapi.representations import current_version
+from shopapi.responses import created
+from shopapi.security import current_principal
+
+
+def represent(webhook: Webhook) -> dict:
+    return {
+        "id": webhook.id,
+        "url": webhook.url,
+        "events": webhook.events,
+        "description": webhook.description,
+        "enabled": webhook.enabled,
+        "disabled_reason": webhook.disabled_reason,
+        "api_version": webhook.api_version,
+        "owner_id": webhook.owner_id,
+        "created_at": webhook.created_at,
+        "updated_at": webhook.updated_at,
+    }
+
+
+def represent_delivery(delivery: Delivery) -> dict:
+    return {
+        "id": delivery.id,
+        "event_id": delivery.event_id,
+        "status": delivery.status,
+        "next_attempt_at": delivery.next_attempt_at,
+        "attempts": [
+            {
+                "number": attempt.number,
+                "attempted_at": attempt.attempted_at,
+                "duration_ms": attempt.duration_ms,
+                "response_status": attempt.response_status,
+                "error": attempt.error,
+            }
+            for attempt in sorted(delivery.attempt_log, key=lambda attempt: attempt.number)
+        ],
+        "created_at": delivery.created_at,
+        "updated_at": delivery.updated_at,
+    }
+
+
+def _reachable():
+    principal = current_principal()
+    if principal.is_admin:
+        return Webhook.select()
+    if principal.user_id is None:
+        return Webhook.select().where(peewee.SQL("1 = 0"))
+    return Webhook.select().where(Webhook.owner == principal.user_id)
+
+
+def _webhook(id: int) -> Webhook:
+    return _reachable().where(Webhook.id == id).get()
+
+
+def _check_url(body: dict) -> None:
+    if "url" not in body:
+        return
+    allow_private = flask.current_app.config["WEBHOOK_ALLOW_PRIVATE"]
+    refusal = webhook_targets.refusal(body["url"], allow_private)
+    if refusal:
+        raise ValidationProblem([{"pointer": "/url", "detail": f"The URL {refusal}."}])
+
+
+def _with_attempts(deliveries):
+    """The deliveries with their attempts, in two queries rather than one per delivery."""
+    return peewee.prefetch(deliveries, DeliveryAttempt.select())
+
+
+def list_webhooks(**params):
+    return list_response(Webhook, _reachable(), params, represent)
+
+
+def create_webhook(body):
+    principal = current_principal()
+    if principal.user_id is None and not principal.is_admin:
+        raise Forbidden("These credentials act for no user, whose events a webhook would get.")
+    _check_url(body)
+    secret = webhook_signatures.new_secret()
+    webhook = Webhook(owner=principal.user_id, secret=secret, api_version=current_version())
+    webhook.replace(body)
+    webhook.save()
+    return created({**represent(webhook), "secret": secret}, webhook.id)
+
+
+def get_webhook(id):
+    return represent(_webhook(id))
+
+
+def update_webhook(id, body):
+    webhook = _webhook(id)
+    _check_url(body)
+    webhook.assign(body)
+    if body.get("enabled"):
+        webhook.disabled_reason = None
+    webhook.save()
+    return represent(webhook)
+
+
+def delete_webhook(id):
+    _webhook(id).delete_instance()  # its deliveries go with it (ON DELETE CASCADE)
+
+
+def list_webhook_deliveries(webhook_id, **params):
+    deliveries = Delivery.select().where(Delivery.webhook == _webhook(webhook_id))
+    return list_response(Delivery, deliveries, params, represent_delivery, fetch=_with_attempts)
+
+
+def get_webhook_delivery(webhook_id, id):
+    webhook = _webhook(webhook_id)
+    return represent_delivery(Delivery.get((Delivery.webhook == webhook) & (Delivery.id == id)))
+
+
+def redeliver(webhook_id, body):
+    webhook = _webhook(webhook_id)
+    event = Event.get_or_none((Event.id == body["event_id"]) & webhook.events_seen())
+    if event is None:
+        raise InvalidReference(
+            "/event_id", f"There is no event {body['event_id']} for this webhook."
+        )
+    if event.type not in webhook.events:
+        raise InvalidReference("/event_id", f"This webhook does not take {event.type} events.")
+    delivery = Delivery.of(webhook, event)
+    return created(represent_delivery(delivery), delivery.id)

@@ -1,0 +1,20 @@
+"""An event as clients see it: in the feed (`GET /v1/events`) and in a webhook's payload."""
+
+import orjson
+
+from models import Event
+from shopapi.representations import in_version
+
+
+def event_payload(event: Event, version: int) -> dict:
+    """`event` shown in API `version`: its snapshot in that version's representation."""
+    return {
+        "id": event.id,
+        "type": event.type,
+        "occurred_at": event.occurred_at,
+        "resource_type": event.resource_type,
+        "resource_id": event.resource_id,
+        "actor_subject": event.actor_subject,
+        "actor_user_id": event.actor_user_id,
+        "data": in_version(orjson.loads(event.data), version),
+    }
