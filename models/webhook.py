@@ -42,6 +42,18 @@ class Webhook(BaseModel):
     def events(self, types: list[str]) -> None:
         self.event_types = " ".join(dict.fromkeys(types))
 
+    def receives(self, event: Event) -> bool:
+        """Is `event` sent here? It must be of a subscribed type, visible to the owner (an admin's
+        or an owner-less webhook sees every event; others the catalogue's and their own), and
+        not older than the webhook: a new webhook gets no backlog."""
+        sees_all = self.owner_id is None or self.owner.role == "admin"
+        return (
+            self.enabled
+            and event.type in self.events
+            and (sees_all or event.owner_id in (None, self.owner_id))
+            and self.created_at <= event.occurred_at
+        )
+
 
 class Delivery(BaseModel):
     webhook = peewee.ForeignKeyField(Webhook, backref="deliveries", on_delete="CASCADE")
