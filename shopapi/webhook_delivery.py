@@ -91,10 +91,7 @@ def _vetted_address(host: str, port: int, allow_private: bool) -> tuple:
     """Where to connect for `host`: (family, sockaddr) of its first address, once all of them are
     known to be public. One private address among public ones is refused too: which one a client
     gets is up to the resolver."""
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as error:
-        raise Refused(f"cannot resolve {host} ({error.strerror})") from None
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     if not allow_private:
         for *_, sockaddr in found:
             if not is_public(sockaddr[0]):

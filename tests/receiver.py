@@ -4,6 +4,7 @@ request as the test scripts it and recording every request it gets."""
 import contextlib
 import dataclasses
 import http.server
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -40,7 +41,7 @@ def in_turn(*answers: Answer, then: Answer = 200) -> Callable[[Request], Answer]
 
 
 class Receiver:
-    def __init__(self, answer: Callable[[Request], Answer]):
+    def __init__(self, answer: Callable[[Request], Answer], tls: ssl.SSLContext | None = None):
         self.requests: list[Request] = []
         self._answer = answer
         self._lock = threading.Lock()
@@ -65,7 +66,10 @@ class Receiver:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}/hook"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_port}/hook"
 
     def _take(self, request: Request) -> Answer:
         with self._lock:
