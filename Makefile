@@ -10,7 +10,7 @@ ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod migrate seed test lint bench clean contract-snapshot
+.PHONY: install run serve serve-prod worker migrate seed test lint bench clean contract-snapshot
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -41,6 +41,11 @@ serve: install
 # gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
 serve-prod: install
 	BIND=$(HOST):$(PORT) $(BIN)/gunicorn -c ops/gunicorn.conf.py 'app:create_app()'
+
+# Delivers webhooks (and push notifications) from the events of a migrated database; see
+# shopapi/worker.py. On SQLite run one worker; on PostgreSQL as many as you like.
+worker: install
+	$(BIN)/python -m shopapi.worker
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

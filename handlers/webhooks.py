@@ -125,8 +125,8 @@ def get_webhook_delivery(webhook_id, id):
 
 def redeliver(webhook_id, body):
     webhook = _webhook(webhook_id)
-    event = Event.get_or_none((Event.id == body["event_id"]) & webhook.events_seen())
-    if event is None:
+    event = Event.get_or_none(Event.id == body["event_id"])
+    if event is None or not webhook.sees(event):
         raise InvalidReference(
             "/event_id", f"There is no event {body['event_id']} for this webhook."
         )

@@ -20,7 +20,6 @@ TYPES = (
     "product.low_stock",
     "user.created",
 )
-TYPES_OF_RESOURCES = ("order", "product", "user")
 
 
 class Event(peewee.Model):
@@ -43,7 +42,7 @@ class Event(peewee.Model):
         legacy_table_names = False
 
     @classmethod
-    def seen_by(cls, user_id: int | None, sees_all: bool, resource_types=TYPES_OF_RESOURCES):
+    def seen_by(cls, user_id: int | None, sees_all: bool, resource_types):
         """Which events of `resource_types` a user sees (a condition): the catalogue's, and
         those of what belongs to them; `sees_all` (an admin) sees every one."""
         seen = []

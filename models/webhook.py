@@ -42,11 +42,22 @@ class Webhook(BaseModel):
     def events(self, types: list[str]) -> None:
         self.event_types = " ".join(dict.fromkeys(types))
 
-    def events_seen(self):
-        """Which events this webhook's owner may see (a condition on Event): an admin's (or a
-        webhook of credentials acting for no user, which only an admin registers) all."""
+    def sees(self, event: Event) -> bool:
+        """May this webhook's owner see `event`? An admin (or credentials acting for no user,
+        which only an admin registers) sees every event; anyone else the catalogue's and their
+        own."""
         sees_all = self.owner_id is None or self.owner.role == "admin"
-        return Event.seen_by(self.owner_id, sees_all)
+        return sees_all or event.owner_id in (None, self.owner_id)
+
+    def receives(self, event: Event) -> bool:
+        """Is `event` sent here? It must be of a subscribed type, visible to the owner, and not
+        older than the webhook: a new webhook gets no backlog."""
+        return (
+            self.enabled
+            and event.type in self.events
+            and self.sees(event)
+            and self.created_at <= event.occurred_at
+        )
 
 
 class Delivery(BaseModel):

@@ -1,4 +1,4 @@
-"""An event as clients see it: in the feed (`GET /v1/events`) and in a webhook's payload."""
+"""An event as clients receive it: in the feed (`GET /v1/events`) and in a webhook's POST."""
 
 import orjson
 
@@ -7,7 +7,8 @@ from shopapi.representations import in_version
 
 
 def event_payload(event: Event, version: int) -> dict:
-    """`event` shown in API `version`: its snapshot in that version's representation."""
+    """`event` with its resource snapshot in `version`'s representation (the outbox keeps v1's).
+    `occurred_at` stays a datetime: shopapi.jsonifier.OPTIONS writes it as RFC 3339 with `Z`."""
     return {
         "id": event.id,
         "type": event.type,

@@ -161,6 +161,10 @@ class Settings:
     webhook_timeout_seconds: float = 10.0
     webhook_retry_base_seconds: float = 30.0
     webhook_max_attempts: int = 8
+    # The worker (shopapi/worker.py) looks for new events and due deliveries this often, and
+    # delivers with this many threads (one worker process on SQLite, which has one writer).
+    webhook_poll_seconds: float = 1.0
+    webhook_worker_threads: int = 4
     # Where mobile push notifications go: `log` (a JSON line each, the default) or `none`.
     push_transport: str = "log"
 
@@ -279,12 +283,16 @@ def _events_from_env(environ: Mapping[str, str]) -> dict:
         values["webhook_allow_private"] = _boolean(
             "WEBHOOK_ALLOW_PRIVATE", environ["WEBHOOK_ALLOW_PRIVATE"]
         )
-    for name in ("WEBHOOK_TIMEOUT_SECONDS", "WEBHOOK_RETRY_BASE_SECONDS"):
+    for name in ("WEBHOOK_TIMEOUT_SECONDS", "WEBHOOK_RETRY_BASE_SECONDS", "WEBHOOK_POLL_SECONDS"):
         if name in environ:
             values[name.lower()] = _positive_number(name, environ[name])
     if "WEBHOOK_MAX_ATTEMPTS" in environ:
         values["webhook_max_attempts"] = _integer(
             "WEBHOOK_MAX_ATTEMPTS", environ["WEBHOOK_MAX_ATTEMPTS"], 1, 100
+        )
+    if "WEBHOOK_WORKER_THREADS" in environ:
+        values["webhook_worker_threads"] = _integer(
+            "WEBHOOK_WORKER_THREADS", environ["WEBHOOK_WORKER_THREADS"], 1, 64
         )
     if "PUSH_TRANSPORT" in environ:
         if environ["PUSH_TRANSPORT"] not in ("log", "none"):

@@ -127,3 +127,21 @@ def test_traffic_settings_come_from_the_environment():
 def test_a_bad_traffic_setting_is_refused_naming_the_variable(environ, name):
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env(environ)
+
+
+def test_the_webhook_workers_settings_come_from_the_environment():
+    settings = Settings.from_env({"WEBHOOK_POLL_SECONDS": "0.25", "WEBHOOK_WORKER_THREADS": "8"})
+    assert (settings.webhook_poll_seconds, settings.webhook_worker_threads) == (0.25, 8)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("WEBHOOK_POLL_SECONDS", "0"),
+        ("WEBHOOK_WORKER_THREADS", "0"),
+        ("WEBHOOK_WORKER_THREADS", "x"),
+    ],
+)
+def test_a_bad_worker_setting_is_refused_naming_the_variable(name, value):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: value})

@@ -1,0 +1,615 @@
+"""The webhook worker (shopapi/worker.py) as it runs: a real `python -m shopapi.worker` process
+against the test database, posting to a real local receiver (tests/receiver.py)."""
+
+import datetime
+import os
+import pathlib
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from helpers import bearer, create_product, create_user, place_order
+from receiver import Hold, Receiver, in_turn
+from standardwebhooks.webhooks import Webhook as ReferenceVerifier
+
+from models import Delivery, DeliveryAttempt, Event, Webhook
+from models.db import database
+from shopapi import push, webhook_delivery, webhook_signatures
+from shopapi.settings import Settings
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FAST = {
+    "WEBHOOK_ALLOW_PRIVATE": "1",
+    "WEBHOOK_POLL_SECONDS": "0.05",
+    "WEBHOOK_RETRY_BASE_SECONDS": "0.05",
+    "WEBHOOK_TIMEOUT_SECONDS": "1",
+}
+
+
+# -- Setting up. The worker's own rules are tested on rows made through the models, which
+# set exactly the events each case needs (resource ids, owners, many at once); the first test
+# below goes through the API from registration to the delivery log.
+
+
+def _webhook(url: str, types: list[str], **fields) -> Webhook:
+    webhook = Webhook(url=url, secret=webhook_signatures.new_secret(), **fields)
+    webhook.events = types
+    webhook.save()
+    return webhook
+
+
+def _event(type: str, resource_id: int = 1, owner_id: int | None = None, **data) -> Event:
+    resource_type = type.partition(".")[0]
+    return Event.create(
+        type=type,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        owner_id=owner_id,
+        actor_subject="client:tests",
+        data=orjson.dumps({"id": resource_id, **data}).decode(),
+    )
+
+
+# -- The worker process, and waiting for what it does.
+
+
+class WorkerProcess:
+    def __init__(self, database_url: str, log_path: pathlib.Path, env: dict):
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "shopapi.worker"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": database_url, **FAST, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> int:
+        """SIGTERM, and the exit status once it has finished what it was doing."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=15)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self._log.close()
+
+    def log_entries(self, message: str) -> list[dict]:
+        lines = self.log_path.read_bytes().splitlines()
+        entries = [orjson.loads(line) for line in lines if line.startswith(b"{")]
+        return [entry for entry in entries if entry["message"] == message]
+
+
+@pytest.fixture
+def start_worker(app, database_url, tmp_path):
+    """Start a worker on the test's (emptied) database: `start_worker(**env)`. Each one still
+    running at the end is stopped with SIGTERM and must exit 0."""
+    started = []
+
+    def start(**env) -> WorkerProcess:
+        worker = WorkerProcess(database_url, tmp_path / f"worker-{len(started)}.log", env)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.returncode is None:
+            assert worker.stop() == 0, worker.log_path.read_text()
+
+
+def wait_for(condition, what: str, seconds: float = 10):
+    """Poll `condition` until it returns something true; return it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds} s for {what}")
+        time.sleep(0.02)
+
+
+def _settled(delivery_id: int, status: str = "delivered", seconds: float = 10) -> Delivery:
+    def check():
+        delivery = Delivery.get_by_id(delivery_id)
+        return delivery if delivery.status == status else None
+
+    return wait_for(check, f"delivery {delivery_id} to be {status}", seconds)
+
+
+def _delivery_of(event: Event, webhook: Webhook) -> Delivery:
+    return wait_for(
+        lambda: Delivery.get_or_none(event=event, webhook=webhook),
+        f"the fan-out of event {event.id}",
+    )
+
+
+def _attempts(delivery: Delivery) -> list[DeliveryAttempt]:
+    return list(delivery.attempt_log.order_by(DeliveryAttempt.number))
+
+
+def _event_ids(requests) -> list[int]:
+    return [int(request.headers["webhook-id"]) for request in requests]
+
+
+# -- From the API to the receiver and back
+
+
+def test_a_webhook_registered_through_the_api_gets_a_placed_order_signed(app_with, start_worker):
+    client = app_with(webhook_allow_private=True).test_client()
+    client.headers.update(bearer())
+    customer, mug = create_user(client), create_product(client, stock=20)
+    with Receiver(in_turn(500)) as receiver:
+        hook = {"url": receiver.url, "events": ["order.created", "order.cancelled"]}
+        webhook = client.post("/v1/webhooks", json=hook).json()
+        order = place_order(client, customer, (mug, 1)).json()
+        client.patch(f"/v1/orders/{order['id']}", json={"status": "cancelled"})
+        start_worker()
+        wait_for(lambda: len(receiver.requests) == 3, "a retry and the second event")
+
+    verify = ReferenceVerifier(webhook["secret"]).verify
+    received = [verify(request.body, request.headers) for request in receiver.requests]
+    feed = client.get("/v1/events", params={"resource_type": "order"}).json()["data"]
+    assert received == [feed[0], feed[0], feed[1]]  # the first answer was a 500
+    assert [event["type"] for event in feed] == ["order.created", "order.cancelled"]
+    assert received[0]["data"] == order
+
+    deliveries = f"/v1/webhooks/{webhook['id']}/deliveries"
+    listed = wait_for(
+        lambda: [d for d in client.get(deliveries).json()["data"] if d["status"] != "pending"],
+        "both deliveries recorded",
+    )
+    assert [(d["event_id"], d["status"]) for d in listed] == [
+        (feed[0]["id"], "delivered"),
+        (feed[1]["id"], "delivered"),
+    ]
+    assert [a["response_status"] for a in listed[0]["attempts"]] == [500, 200]
+
+    with Receiver(in_turn()) as receiver:
+        client.patch(f"/v1/webhooks/{webhook['id']}", json={"url": receiver.url})
+        again = client.post(deliveries, json={"event_id": feed[0]["id"]}).json()
+        wait_for(lambda: receiver.requests, "the redelivery")
+    assert verify(receiver.requests[0].body, receiver.requests[0].headers) == feed[0]
+    assert receiver.requests[0].headers["webhook-id"] == str(feed[0]["id"])
+    wait_for(
+        lambda: client.get(f"{deliveries}/{again['id']}").json()["status"] == "delivered",
+        "the redelivery recorded",
+    )
+
+
+# -- Signatures
+
+
+def test_the_signature_matches_the_specifications_test_vector():
+    signature = webhook_signatures.signature(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        b'{"test": 2432232314}',
+    )
+    assert signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_a_delivery_verifies_with_the_reference_implementation(start_worker):
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", 12, owner_id=7, status="pending", total_cents=1250)
+        start_worker()
+        wait_for(lambda: receiver.requests, "the delivery")
+
+    request = receiver.requests[0]
+    payload = ReferenceVerifier(webhook.secret).verify(request.body, request.headers)
+    assert payload == {
+        "id": event.id,
+        "type": "order.created",
+        "occurred_at": event.occurred_at.isoformat().replace("+00:00", "Z"),
+        "resource_type": "order",
+        "resource_id": 12,
+        "actor_subject": "client:tests",
+        "actor_user_id": None,
+        "data": {"id": 12, "status": "pending", "total_cents": 1250},
+    }
+    assert request.headers["webhook-id"] == str(event.id)
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["user-agent"] == "shopapi-webhooks/1"
+    assert _settled(_delivery_of(event, webhook).id).attempts == 1
+
+
+def test_the_payload_is_in_the_webhooks_api_version(start_worker):
+    with Receiver(in_turn()) as receiver:
+        _webhook(receiver.url + "/v1", ["product.created"], api_version=1)
+        _webhook(receiver.url + "/v2", ["product.created"], api_version=2)
+        _event("product.created", 5, price_cents=1250, currency="EUR")
+        start_worker()
+        wait_for(lambda: len(receiver.requests) == 2, "both deliveries")
+
+    data = {request.path.rsplit("/", 1)[1]: request.json["data"] for request in receiver.requests}
+    assert data["v1"] == {"id": 5, "price_cents": 1250, "currency": "EUR"}
+    assert data["v2"] == {"id": 5, "price": {"amount": "12.50", "currency": "EUR"}}
+
+
+# -- Retries
+
+
+def test_a_failing_receiver_gets_the_event_again_until_it_answers_2xx(start_worker):
+    with Receiver(in_turn(500, 500, 200)) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        worker = start_worker()
+        delivery = _settled(_delivery_of(event, webhook).id)
+
+    assert [a.response_status for a in _attempts(delivery)] == [500, 500, 200]
+    assert delivery.attempts == 3
+    assert _event_ids(receiver.requests) == [event.id] * 3
+    assert worker.stop() == 0
+    logged = worker.log_entries("webhook delivery attempt")
+    assert [(e["attempt"], e["status"], e["result"]) for e in logged] == [
+        (1, 500, "retry"),
+        (2, 500, "retry"),
+        (3, 200, "delivered"),
+    ]
+    assert {(e["delivery_id"], e["event_id"], e["webhook_id"]) for e in logged} == {
+        (delivery.id, event.id, webhook.id)
+    }
+    assert all(isinstance(e["duration_ms"], int) for e in logged)
+
+
+def test_after_its_last_attempt_a_delivery_fails_and_is_not_tried_again(start_worker):
+    with Receiver(in_turn(503, 503, 503)) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        first = _event("order.created", 1, owner_id=7)
+        start_worker(WEBHOOK_MAX_ATTEMPTS="3")
+        failed = _settled(_delivery_of(first, webhook).id, "failed")
+        # A later event goes through: by then a fourth attempt of the first would have been made.
+        later = _event("order.created", 2, owner_id=7)
+        _settled(_delivery_of(later, webhook).id)
+
+    assert failed.attempts == 3
+    assert [a.response_status for a in _attempts(failed)] == [503, 503, 503]
+    assert _event_ids(receiver.requests) == [first.id] * 3 + [later.id]
+
+
+def test_a_redirect_is_not_followed_but_retried(start_worker):
+    with Receiver(in_turn(307)) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        start_worker()
+        delivery = _settled(_delivery_of(event, webhook).id)
+
+    assert [a.response_status for a in _attempts(delivery)] == [307, 200]
+    assert [request.path for request in receiver.requests] == ["/hook", "/hook"]
+
+
+def test_410_disables_the_webhook_and_nothing_more_is_sent_to_it(start_worker):
+    with Receiver(in_turn(410)) as gone, Receiver(in_turn()) as healthy:
+        leaving = _webhook(gone.url, ["order.created"])
+        staying = _webhook(healthy.url, ["order.created"])
+        first = _event("order.created", 1, owner_id=7)
+        second = _event("order.created", 2, owner_id=7)
+        start_worker(WEBHOOK_WORKER_THREADS="1")  # one thread: the 410 comes before the second
+        _settled(_delivery_of(first, leaving).id, "failed")
+        _settled(_delivery_of(second, staying).id)
+        after = _event("order.created", 3, owner_id=7)
+        _settled(_delivery_of(after, staying).id)
+
+    leaving = Webhook.get_by_id(leaving.id)
+    assert not leaving.enabled
+    assert leaving.disabled_reason == "The receiver answered 410 Gone"
+    assert _event_ids(gone.requests) == [first.id]
+    assert Delivery.get(event=second, webhook=leaving).status == "pending"
+    assert Delivery.get_or_none(event=after, webhook=leaving) is None
+
+
+def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(start_worker):
+    with Receiver(in_turn(Hold(seconds=3))) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        start_worker(WEBHOOK_TIMEOUT_SECONDS="0.3", WEBHOOK_MAX_ATTEMPTS="1")
+        delivery = _settled(_delivery_of(event, webhook).id, "failed")
+
+    [attempt] = _attempts(delivery)
+    assert attempt.response_status is None
+    assert attempt.error == "no answer within 0.3 s"
+    assert 250 <= attempt.duration_ms < 3000  # it waited for the timeout, not for the receiver
+
+
+# -- Crashes and stops
+
+
+def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
+    held = Hold()
+    with Receiver(in_turn(held)) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        first = start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
+        wait_for(lambda: receiver.requests, "the first attempt")
+        first.kill()
+        held.release.set()
+        start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
+        # The dead worker's lease (2 x timeout + 5 s) has to run out first.
+        delivery = _settled(_delivery_of(event, webhook).id, seconds=15)
+
+    assert _event_ids(receiver.requests) == [event.id, event.id]
+    assert [a.response_status for a in _attempts(delivery)] == [200]
+
+
+def test_sigterm_lets_the_delivery_under_way_finish(start_worker):
+    with Receiver(in_turn(Hold(seconds=0.5))) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        worker = start_worker()
+        wait_for(lambda: receiver.requests, "the attempt")
+        assert worker.stop() == 0
+
+    delivery = Delivery.get(event=event, webhook=webhook)
+    assert delivery.status == "delivered"
+    assert [a.response_status for a in _attempts(delivery)] == [200]
+
+
+# -- Order and concurrency
+
+
+def test_the_events_of_one_resource_arrive_in_order_others_do_not_wait(start_worker):
+    first_failed = []
+
+    def fail_order_1_once(request):
+        if request.json["resource_id"] == 1 and not first_failed:
+            first_failed.append(request)
+            return 500
+        return 200
+
+    with Receiver(fail_order_1_once) as receiver:
+        webhook = _webhook(receiver.url, ["order.created", "order.status_changed"])
+        events = [
+            _event("order.created", 1, owner_id=7),
+            _event("order.status_changed", 1, owner_id=7),
+            _event("order.status_changed", 1, owner_id=7),
+            _event("order.created", 2, owner_id=8),
+        ]
+        start_worker(WEBHOOK_RETRY_BASE_SECONDS="0.5")
+        for event in events:
+            _settled(_delivery_of(event, webhook).id)
+
+    received = _event_ids(receiver.requests)
+    of_order_1 = [event_id for event_id in received if event_id != events[3].id]
+    assert of_order_1 == [events[0].id, events[0].id, events[1].id, events[2].id]
+    # Order 2's event went while order 1's first event waited for its retry.
+    retry = [n for n, event_id in enumerate(received) if event_id == events[0].id][1]
+    assert received.index(events[3].id) < retry
+
+
+def test_an_event_waits_for_an_earlier_one_another_worker_is_fanning_out(
+    start_worker, database_url
+):
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite fans out one batch at a time: the whole database is locked")
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created", "order.status_changed"])
+        earlier = _event("order.created", 1, owner_id=7)
+        later = _event("order.status_changed", 1, owner_id=7)
+        elsewhere = _event("order.created", 2, owner_id=8)
+        with database.atomic():
+            # What a second worker fanning out `earlier` holds: the worker skips it.
+            Event.select().where(Event.id == earlier.id).for_update().get()
+            start_worker(WEBHOOK_WORKER_THREADS="1")
+            # One thread claims in id order: it had the later event's delivery to look at first.
+            _settled(_delivery_of(elsewhere, webhook).id)
+            assert Delivery.get(event=later, webhook=webhook).status == "pending"
+        _settled(_delivery_of(later, webhook).id)
+
+    assert _event_ids(receiver.requests) == [elsewhere.id, earlier.id, later.id]
+
+
+def test_two_workers_deliver_each_event_once(start_worker, database_url):
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite has one writer: one worker process is the supported setup")
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["product.updated"])
+        events = [_event("product.updated", n % 25) for n in range(150)]
+        start_worker()
+        start_worker()
+        wait_for(
+            lambda: Delivery.select().where(Delivery.status == "delivered").count() == 150,
+            "every delivery",
+            seconds=20,
+        )
+
+    received = _event_ids(receiver.requests)
+    assert sorted(received) == [event.id for event in events]
+    for resource_id in range(25):
+        of_resource = [event.id for event in events if event.resource_id == resource_id]
+        assert [event_id for event_id in received if event_id in of_resource] == of_resource
+    assert Delivery.select().where(Delivery.webhook == webhook).count() == 150
+    assert DeliveryAttempt.select().count() == 150
+
+
+# -- Where webhooks may go
+
+
+def test_a_private_target_is_refused_without_connecting(start_worker):
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        start_worker(WEBHOOK_ALLOW_PRIVATE="0", WEBHOOK_MAX_ATTEMPTS="1")
+        delivery = _settled(_delivery_of(event, webhook).id, "failed")
+
+    [attempt] = _attempts(delivery)
+    assert attempt.response_status is None
+    assert attempt.error == "refused: the URL is a private, loopback or reserved address"
+    assert receiver.requests == []
+
+
+def _unsaved(url: str) -> tuple[Webhook, Event]:
+    webhook = Webhook(url=url, secret=webhook_signatures.new_secret(), api_version=1)
+    event = Event(
+        id=1,
+        type="product.created",
+        resource_type="product",
+        resource_id=1,
+        actor_subject="client:tests",
+        data="{}",
+    )
+    return webhook, event
+
+
+def _resolving(monkeypatch, name: str, address: str) -> None:
+    """Make `name` resolve to `address` (as a DNS answer would), and only the first time: what
+    the worker connects to must be the address it checked, not a second answer."""
+    real = socket.getaddrinfo
+    answers = [address]
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host == name:
+            assert answers, f"{name} was resolved twice"
+            host = answers.pop()
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def test_a_name_that_resolves_to_a_private_address_is_refused(monkeypatch):
+    _resolving(monkeypatch, "partner.example", "10.1.2.3")
+    webhook, event = _unsaved("https://partner.example/hook")
+    outcome = webhook_delivery.post(webhook, event, Settings(webhook_timeout_seconds=0.5))
+    assert outcome.status is None
+    assert outcome.error == (
+        "refused: partner.example resolves to 10.1.2.3, a private, loopback or reserved address"
+    )
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch):
+    with Receiver(in_turn(204)) as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        _resolving(monkeypatch, "partner.example", "127.0.0.1")
+        webhook, event = _unsaved(f"http://partner.example:{port}/hook?source=shop")
+        settings = Settings(webhook_timeout_seconds=1, webhook_allow_private=True)
+        outcome = webhook_delivery.post(webhook, event, settings)
+
+    assert outcome.status == 204
+    [request] = receiver.requests
+    assert request.headers["host"] == f"partner.example:{port}"
+    assert request.path == "/hook?source=shop"
+
+
+def _tls_for(name: str, tmp_path) -> tuple[ssl.SSLContext, pathlib.Path]:
+    """A server context with a self-signed certificate for `name`, and that certificate's file
+    (for a client to trust)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    return server, cert_file
+
+
+@pytest.mark.parametrize(
+    ("certified", "works"), [("partner.example", True), ("other.example", False)]
+)
+def test_https_checks_the_certificate_against_the_host_name(
+    monkeypatch, tmp_path, certified, works
+):
+    server_tls, cert_file = _tls_for(certified, tmp_path)
+    real_context = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda: real_context(cafile=cert_file))
+    with Receiver(in_turn(), tls=server_tls) as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        _resolving(monkeypatch, "partner.example", "127.0.0.1")
+        webhook, event = _unsaved(f"https://partner.example:{port}/hook")
+        settings = Settings(webhook_timeout_seconds=1, webhook_allow_private=True)
+        outcome = webhook_delivery.post(webhook, event, settings)
+
+    if works:
+        assert outcome.status == 200
+        assert [request.headers["host"] for request in receiver.requests] == [
+            f"partner.example:{port}"
+        ]
+    else:
+        assert outcome.status is None
+        assert outcome.error.startswith("TLS failed:")
+        assert "Hostname mismatch" in outcome.error, outcome.error
+        assert receiver.requests == []
+
+
+# -- Mobile push
+
+
+def test_an_order_event_notifies_its_owner_and_a_product_event_nobody(start_worker):
+    product = _event("product.updated", 3, price_cents=990)
+    order = _event("order.status_changed", 12, owner_id=7, status="shipped")
+    worker = start_worker(PUSH_TRANSPORT="log")
+    wait_for(
+        lambda: not Event.select().where(Event.dispatched_at.is_null()).exists(),
+        "the fan-out",
+    )
+    assert worker.stop() == 0
+
+    [logged] = worker.log_entries("push notification")
+    assert logged["logger"] == "shopapi.push"
+    assert logged["fcm"] == {
+        "message": {
+            "topic": "user-7",
+            "notification": {"title": "Order update", "body": "Your order 12 is shipped"},
+            "data": {
+                "event_id": str(order.id),
+                "type": "order.status_changed",
+                "resource_type": "order",
+                "resource_id": "12",
+            },
+            "android": {"collapse_key": "order-12"},
+        }
+    }
+    assert logged["apns"] == {
+        "aps": {
+            "alert": {"title": "Order update", "body": "Your order 12 is shipped"},
+            "thread-id": "order-12",
+        },
+        "event_id": str(order.id),
+    }
+    assert Event.get_by_id(product.id).dispatched_at is not None
+
+
+def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
+    data = orjson.dumps({"id": 7, "name": "Ada"}).decode()
+    user = Event(
+        id=4, type="user.created", resource_type="user", resource_id=7, owner_id=7, data=data
+    )
+    notification = push.notification_for(user)
+    assert (notification.user_id, notification.title, notification.body) == (
+        7,
+        "Welcome",
+        "Welcome, Ada: your account is ready",
+    )
+    low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
+    assert push.notification_for(low) is None
