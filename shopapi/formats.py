@@ -60,3 +60,35 @@ def is_date_time(value) -> bool:
     except ValueError:
         return False
     return True
+
+
+# RFC 3986 URI (an absolute one: a scheme, then the rest in its allowed characters): jsonschema
+# checks "uri" only when an optional package is installed, and strict validators refuse control
+# or non-ASCII characters that would otherwise be accepted and echoed back.
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|{_PCT})"
+_URI = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*):"
+    rf"(?://(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|{_PCT})*@)?"
+    rf"(?P<host>\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|{_PCT})*)"
+    r"(?::[0-9]*)?"
+    rf"(?:/{_PCHAR}*)*|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?)"
+    rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?",
+    re.ASCII,
+)
+
+
+@FORMAT_CHECKER.checks("uri")
+def is_uri(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    match = _URI.fullmatch(value)
+    if match is None:
+        return False
+    host = match["host"] or ""
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+    return True

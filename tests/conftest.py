@@ -73,15 +73,28 @@ def served(database_url):
     return app, database.obj
 
 
+def _empty(db: peewee.Database) -> None:
+    """Delete every row and start the ids over. DELETEs in one transaction, not TRUNCATE: on
+    PostgreSQL that costs ~10 ms a test instead of ~170 ms (TRUNCATE replaces each table's
+    files)."""
+    with db.atomic():
+        for model in reversed(MODELS):
+            model.delete().execute()
+        if isinstance(db, peewee.SqliteDatabase):
+            db.execute_sql("DELETE FROM sqlite_sequence")  # the AUTOINCREMENT counters
+        else:
+            for model in MODELS:
+                db.execute_sql(
+                    "SELECT setval(pg_get_serial_sequence(%s, 'id'), 1, false)",
+                    (f'"{model._meta.table_name}"',),
+                )
+
+
 @pytest.fixture
 def app(served):
     app, db = served
     use(db)  # the other backend's app may have been built since
-    for model in reversed(MODELS):
-        model.truncate_table(restart_identity=True, cascade=True)
-    if isinstance(db, peewee.SqliteDatabase):
-        # What restart_identity does on PostgreSQL: the AUTOINCREMENT counters start over.
-        db.execute_sql("DELETE FROM sqlite_sequence")
+    _empty(db)
     yield app
     db.close()
 
