@@ -47,8 +47,9 @@ serve-prod: install
 worker: install
 	$(BIN)/python -m shopapi.worker
 
+# A worker per core; worksteal keeps both busy to the end (a contract-fuzzing run takes minutes).
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist worksteal $(PYTEST_ARGS)
 
 # After an intended, compatible change to the v1 contract: make it the new baseline that
 # tests/test_contract_compatibility.py holds spec/ to.

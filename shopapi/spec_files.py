@@ -13,13 +13,29 @@ takes from other files brought in:
 """
 
 import copy
+import functools
 import pathlib
 
 import yaml
 
+# libyaml's parser, when PyYAML has it (its wheels do): the pure-Python one takes a second for
+# the contracts, on every start.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def load(path: pathlib.Path) -> dict:
+    """The spec in `path`, with what it takes from other files brought in: a copy of its own,
+    since Connexion and the list language write into a spec."""
+    return copy.deepcopy(_bundled(path))
+
+
+@functools.cache
+def _bundled(path: pathlib.Path) -> dict:
     return _Bundle(path).spec
+
+
+def _parse(path: pathlib.Path) -> dict:
+    return yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a safe loader)
 
 
 def _pointer_parts(pointer: str) -> list[str]:
@@ -30,7 +46,7 @@ class _Bundle:
     def __init__(self, path: pathlib.Path):
         self.directory = path.parent
         self.documents: dict[str, dict] = {}
-        spec = yaml.safe_load(path.read_text())
+        spec = _parse(path)
         self.components = spec.setdefault("components", {})
         # This spec's components that are another file's (`Problem: {$ref: 'openapi.yaml#/...'}`).
         for kind in list(self.components):
@@ -61,7 +77,7 @@ class _Bundle:
 
     def _document(self, file: str) -> dict:
         if file not in self.documents:
-            self.documents[file] = yaml.safe_load((self.directory / file).read_text())
+            self.documents[file] = _parse(self.directory / file)
         return self.documents[file]
 
     def _target(self, file: str, pointer: str):

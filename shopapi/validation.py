@@ -14,9 +14,11 @@ from urllib.parse import parse_qsl
 from connexion.datastructures import MediaTypeDict
 from connexion.exceptions import BadRequestProblem
 from connexion.json_schema import Draft4RequestValidator
+from connexion.utils import is_null, is_nullable
 from connexion.validators import VALIDATOR_MAP, FormDataValidator, JSONRequestBodyValidator
 from connexion.validators import ParameterValidator as ConnexionParameterValidator
-from jsonschema import ValidationError
+from jsonschema import Draft4Validator, ValidationError
+from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
 from shopapi.formats import FORMAT_CHECKER
@@ -117,14 +119,18 @@ class RequestBodyValidator(JSONRequestBodyValidator):
 class ParameterValidator(ConnexionParameterValidator):
     @staticmethod
     def validate_parameter(parameter_type, value, param, param_name=None):
-        error = ConnexionParameterValidator.validate_parameter(
-            parameter_type, value, param, param_name
+        if value is None or (is_nullable(param) and is_null(value)):
+            return ConnexionParameterValidator.validate_parameter(
+                parameter_type, value, param, param_name
+            )
+        # Connexion's own check uses jsonschema's lenient formats; bodies and parameters are held
+        # to the same formats here (a `url[ne]` filter must be a URI, like the field).
+        error = best_match(
+            Draft4Validator(param.get("schema", param), format_checker=FORMAT_CHECKER).iter_errors(
+                value
+            )
         )
-        if error is None:
-            return None
-        # Connexion returns str(ValidationError): the message plus the whole schema. Keep the
-        # first line, which is the message.
-        return error.splitlines()[0]
+        return None if error is None else error.message
 
     def validate_request(self, request):
         errors = []

@@ -18,6 +18,31 @@ from models.migrations import migrate
 from shopapi.settings import Settings
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+# Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own
+# beside TEST_DATABASE_URL's, created when missing: `test_gw0`, `test_gw1`, ...
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def _worker_database(url: str) -> str:
+    """`url`'s database, or this xdist worker's own next to it (created if missing)."""
+    if WORKER is None:
+        return url
+    server, _, name = url.rpartition("/")
+    own = f"{name}_{WORKER}"
+    db = open_database(url)
+    with db.connection_context():
+        exists = db.execute_sql("SELECT 1 FROM pg_database WHERE datname = %s", (own,)).fetchone()
+        if not exists:
+            db.execute_sql(f'CREATE DATABASE "{own}"')
+    db.close_all()
+    return f"{server}/{own}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    # The contract-fuzzing runs take minutes each: started first, they run beside the rest of the
+    # suite (xdist's other worker) instead of after it.
+    items.sort(key=lambda item: item.module.__name__ != "test_contract")
 
 
 def _postgres_unreachable_reason() -> str | None:
@@ -51,7 +76,7 @@ def database_url(request, tmp_path_factory):
             if os.environ.get("CI"):
                 pytest.fail(f"{reason}; CI must test PostgreSQL")
             pytest.skip(f"{reason}; set TEST_DATABASE_URL to test PostgreSQL")
-        url = POSTGRES_URL
+        url = _worker_database(POSTGRES_URL)
     fresh_schema(url)
     return url
 

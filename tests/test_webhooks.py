@@ -134,3 +134,12 @@ def test_only_an_event_the_webhook_takes_is_redelivered(client, anonymous):
     client.patch(f"/v1/webhooks/{webhook['id']}", json={"events": ["user.created"]})
     assert_problem(redeliver(_event_id(client, "product.created")), 422)
     assert_problem(client.get("/v1/webhooks/999/deliveries"), 404)
+
+
+def test_webhooks_filter_by_url_which_must_be_a_uri(client):
+    webhook = client.post("/v1/webhooks", json=HOOK).json()
+    listed = client.get("/v1/webhooks", params={"url": HOOK["url"]}).json()["data"]
+    assert [w["id"] for w in listed] == [webhook["id"]]
+    for value in ("", "not a uri", "https://\x0fh"):
+        body = assert_problem(client.get("/v1/webhooks", params={"url[ne]": value}), 400)
+        assert body["errors"][0]["parameter"] == "url[ne]"
