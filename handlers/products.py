@@ -47,29 +47,25 @@ def _changeable(id: int) -> Product:
     return if_match(Product.get_for_update(id), represent)
 
 
-def _updated(product: Product, stock_before: int) -> dict:
-    """Save the changed `product` with its events; its representation."""
-    product.save()
-    events.record("product.updated", product, represent)
-    if events.fell_below_threshold(stock_before, product.stock):
-        events.record("product.low_stock", product, represent)
-    return represent(product)
+def _changed(id: int, change) -> dict:
+    """Apply `change(product)` to the product, locked, and save it with its events."""
+    with database.atomic():
+        product = _changeable(id)
+        stock_before = product.stock
+        change(product)
+        product.save()
+        events.record("product.updated", product, represent)
+        if events.fell_below_threshold(stock_before, product.stock):
+            events.record("product.low_stock", product, represent)
+        return represent(product)
 
 
 def replace_product(id, body):
-    with database.atomic():
-        product = _changeable(id)
-        stock_before = product.stock
-        product.replace(body)
-        return _updated(product, stock_before)
+    return _changed(id, lambda product: product.replace(body))
 
 
 def update_product(id, body):
-    with database.atomic():
-        product = _changeable(id)
-        stock_before = product.stock
-        product.assign(body)
-        return _updated(product, stock_before)
+    return _changed(id, lambda product: product.assign(body))
 
 
 def delete_product(id):
