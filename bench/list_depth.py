@@ -14,19 +14,18 @@ import random
 import statistics
 import sys
 import time
-from urllib.parse import urlsplit
-
-import peewee
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import create_app  # noqa: E402
+from bench.seed import ensure_database  # noqa: E402
 from models import Product  # noqa: E402
 from models.db import open_database, use  # noqa: E402
 from models.migrations import migrate  # noqa: E402
 from shopapi.listing import keyset_after  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
+from shopapi.tokens import AccessTokens  # noqa: E402
 
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_bench")
 PRODUCTS = 100_000
@@ -34,18 +33,6 @@ PER_PAGE = 20
 DEEP_PAGE = 2_000
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "200"))
 RESULTS = ROOT / "bench" / "results"
-
-
-def ensure_database() -> None:
-    parts = urlsplit(URL)
-    name = parts.path.lstrip("/")
-    admin = peewee.PostgresqlDatabase(
-        "postgres", user=parts.username, host=parts.hostname, port=parts.port or 5432
-    )
-    with admin.connection_context():
-        exists = admin.execute_sql("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-        if not exists.fetchone():
-            admin.execute_sql(f'CREATE DATABASE "{name}"')
 
 
 def seed(db) -> None:
@@ -86,11 +73,15 @@ def explain(db, sql: str, params) -> str:
 
 
 def main() -> None:
-    ensure_database()
+    ensure_database(URL)
     db = open_database(URL)
     seed(db)
-    app = create_app(Settings(database_url=URL))
+    # Rate limits far above what the rounds send; a reader's token, as every request needs one.
+    settings = Settings(database_url=URL, rate_limit_scale=1000)
+    app = create_app(settings)
     client = app.test_client()
+    token = AccessTokens(settings).issue("bench", ["products:read"])
+    client.headers["Authorization"] = f"Bearer {token}"
 
     variants = {}
     for sort in ("id", "price_cents"):
