@@ -14,27 +14,12 @@ import os
 import flask
 import orjson
 
+from handlers.products import represent
 from models import Product
 from models.db import close_connection, open_database, use
 from shopapi.jsonifier import OPTIONS
 
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_bench")
-
-
-def represent(product: Product) -> dict:
-    return {
-        "id": product.id,
-        "sku": product.sku,
-        "name": product.name,
-        "description": product.description,
-        "price_cents": product.price_cents,
-        "currency": product.currency,
-        "stock": product.stock,
-        "category": product.category,
-        "active": product.active,
-        "created_at": product.created_at,
-        "updated_at": product.updated_at,
-    }
 
 
 def list_products():
@@ -48,7 +33,8 @@ def list_products():
     order = Product.price_cents.desc(nulls="FIRST")
     rows = query.order_by(order, Product.id).paginate(page, per_page)
     body = {
-        "data": [represent(row) for row in rows],
+        # shopapi's own representation, without the version layer (`__wrapped__`: v1's form).
+        "data": [represent.__wrapped__(row) for row in rows],
         "meta": {
             "page": page,
             "per_page": per_page,

@@ -53,12 +53,7 @@ def represent_delivery(delivery: Delivery) -> dict:
 
 
 def _reachable():
-    principal = current_principal()
-    if principal.is_admin:
-        return Webhook.select()
-    if principal.user_id is None:
-        return Webhook.select().where(peewee.SQL("1 = 0"))
-    return Webhook.select().where(Webhook.owner == principal.user_id)
+    return current_principal().only_reachable(Webhook.select(), Webhook.owner)
 
 
 def _webhook(id: int) -> Webhook:

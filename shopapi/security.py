@@ -16,6 +16,7 @@ import weakref
 
 import anyio.to_thread
 import connexion
+import peewee
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
 
 from models import ApiKey
@@ -65,8 +66,13 @@ class Principal:
         return self.is_admin or (self.user_id is not None and self.user_id == user_id)
 
     def only_reachable(self, query, owner_field):
-        """`query` narrowed to rows this caller reaches, `owner_field` naming their user."""
-        return query if self.is_admin else query.where(owner_field == self.user_id)
+        """`query` narrowed to rows this caller reaches, `owner_field` naming their user. Without
+        `admin`, credentials acting for no user reach none (not the rows that have no owner)."""
+        if self.is_admin:
+            return query
+        if self.user_id is None:
+            return query.where(peewee.SQL("1 = 0"))
+        return query.where(owner_field == self.user_id)
 
 
 def current_principal() -> Principal:

@@ -84,9 +84,11 @@ def test_partners_manage_their_own_webhooks_and_customers_none(client, anonymous
         admins["id"],
     }
     # Credentials acting for no user and without `admin` own nothing: whose events would it get?
-    assert_problem(
-        anonymous.post("/v1/webhooks", json=HOOK, headers=bearer("x", ["webhooks"])), 403
-    )
+    no_user = bearer("x", ["webhooks"])
+    assert_problem(anonymous.post("/v1/webhooks", json=HOOK, headers=no_user), 403)
+    # ... nor reach the admin's webhooks, which have no owner either.
+    assert anonymous.get("/v1/webhooks", headers=no_user).json()["data"] == []
+    assert_problem(anonymous.get(f"/v1/webhooks/{admins['id']}", headers=no_user), 404)
 
 
 def _event_id(client, event_type, **params):
