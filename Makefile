@@ -10,7 +10,8 @@ ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod worker migrate seed test lint bench clean contract-snapshot
+.PHONY: install run serve serve-prod worker migrate seed test lint bench bench-depth clean \
+	contract-snapshot
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -56,8 +57,15 @@ test: install
 contract-snapshot: install
 	$(BIN)/python tests/contract_compatibility.py --write
 
-# Needs PostgreSQL (BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/shopapi_bench).
+# The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
+# postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk.
 bench: install
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/load.py
+
+# How a list page's cost grows with its depth, offset against cursor (in-process).
+bench-depth: install
 	$(BIN)/python bench/list_depth.py
 
 lint: install

@@ -23,9 +23,12 @@ sys.path.insert(0, str(ROOT))
 
 from models import Order, OrderItem, Product, User  # noqa: E402
 from models.db import open_database, use  # noqa: E402
+from models.event import Event  # noqa: E402
+from models.idempotency_key import IdempotencyKey  # noqa: E402
 from models.migrations import migrate  # noqa: E402
 from models.order import TRANSITIONS  # noqa: E402
 from models.passwords import hash_password  # noqa: E402
+from models.webhook import Delivery, DeliveryAttempt  # noqa: E402
 
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_bench")
 PRODUCTS, USERS, ORDERS = 100_000, 10_000, 200_000
@@ -128,6 +131,18 @@ def seed(url: str = URL) -> bool:
         for model in (User, Product, Order, OrderItem):
             db.execute_sql(f'ANALYZE "{model._meta.table_name}"')
     return True
+
+
+def reset(url: str = URL) -> None:
+    """Back to the seeded set: remove the orders and events a previous benchmark added, so that
+    every run starts from the same data."""
+    db = open_database(url)
+    use(db)
+    with db.connection_context(), db.atomic():
+        OrderItem.delete().where(OrderItem.order_id > ORDERS).execute()
+        Order.delete().where(Order.id > ORDERS).execute()
+        for model in (DeliveryAttempt, Delivery, Event, IdempotencyKey):
+            model.delete().execute()
 
 
 if __name__ == "__main__":

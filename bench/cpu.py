@@ -1,0 +1,55 @@
+"""CPU time of processes, read from /proc: what a benchmark charges to each server.
+
+A process's `utime + stime` covers all its threads; `cutime + cstime` what its children used
+before they exited and were reaped (PostgreSQL backends that end mid-run, say). Summed over a
+process tree, or over every process of one program, the difference between two readings is the
+CPU the program used in between.
+"""
+
+import os
+import pathlib
+
+TICK_SECONDS = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, int, float] | None:
+    """(command, parent pid, CPU seconds incl. reaped children) of `pid`, None if it is gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command is in parentheses and may hold spaces; the fields after it are numbered
+    # from 3 (state) in proc(5).
+    command = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    parent = int(fields[1])
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return command, parent, (utime + stime + cutime + cstime) * TICK_SECONDS
+
+
+def _all() -> dict[int, tuple[str, int, float]]:
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            stats[int(entry.name)] = stat
+    return stats
+
+
+def tree_seconds(root: int) -> float:
+    """CPU seconds used so far by process `root` and all its descendants."""
+    stats = _all()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][2]
+        todo += children.get(pid, [])
+    return total
+
+
+def program_seconds(command: str) -> float:
+    """CPU seconds used so far by every process whose command is `command` (e.g. postgres)."""
+    return sum(seconds for name, _, seconds in _all().values() if name == command)

@@ -1,0 +1,137 @@
+-- wrk's side of the load benchmark (bench/load.py runs it; see there). Configured by environment:
+--   BENCH_DATA   a Lua file returning {users = {{id, token}, ...}, partners = {token, ...},
+--                products = <count>, categories = {...}}: who the virtual clients are
+--   BENCH_MIX    "mix": list products with a filter and a sort 40 %, get a product 30 %, list my
+--                orders 15 %, place an order 10 %, patch a product 5 %; "list": only the list
+--   BENCH_RATE   requests/s per wrk thread, sent on a fixed schedule (wrk2's constant rate);
+--                unset or 0: as fast as the server answers
+--   BENCH_ADDRS  host:port,host:port: the servers, one per thread in turn (round-robin);
+--                unset: the URL's
+-- It prints "BENCH <key> <value>" lines for load.py: the totals, latency percentiles, every
+-- status seen and one body of each error status.
+
+local ffi = require("ffi")
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+int clock_gettime(int clock_id, bench_timespec *tp);
+]]
+local CLOCK_MONOTONIC = 1
+local timespec = ffi.new("bench_timespec")
+
+local function now_ms()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, timespec)
+  return tonumber(timespec.tv_sec) * 1000 + tonumber(timespec.tv_nsec) / 1e6
+end
+
+-- The main state: one server per thread in turn, and the threads, to read their counts at the end.
+local threads = {}
+
+function setup(thread)
+  local addrs = os.getenv("BENCH_ADDRS")
+  if addrs and addrs ~= "" then
+    local targets = {}
+    for host, port in addrs:gmatch("([^,:]+):(%d+)") do
+      targets[#targets + 1] = wrk.lookup(host, port)[1]
+    end
+    thread.addr = targets[(#threads % #targets) + 1]
+  end
+  thread:set("thread_number", #threads + 1)
+  threads[#threads + 1] = thread
+end
+
+-- Each thread's state.
+local data, mix
+statuses, error_bodies = {}, {}
+
+function init(args)
+  data = dofile(os.getenv("BENCH_DATA"))
+  mix = os.getenv("BENCH_MIX") or "mix"
+  math.randomseed(thread_number * 7919 + os.time())
+end
+
+-- Constant rate: each request takes the next slot of the thread's schedule, whichever connection
+-- is free; behind schedule (the server saturated), it goes at once. Defined only when a rate is
+-- asked for: wrk sends at once when the script has no delay().
+local rate = tonumber(os.getenv("BENCH_RATE") or "0")
+if rate > 0 then
+  local interval_ms, next_at = 1000 / rate, nil
+  function delay()
+    local now = now_ms()
+    next_at = (next_at or now) + interval_ms
+    return math.max(0, next_at - now)
+  end
+end
+
+local JSON = {["Content-Type"] = "application/json"}
+local MERGE_PATCH = {["Content-Type"] = "application/merge-patch+json"}
+
+local function bearer(token, headers)
+  local all = {Authorization = "Bearer " .. token}
+  for name, value in pairs(headers or {}) do
+    all[name] = value
+  end
+  return all
+end
+
+local function any(list)
+  return list[math.random(#list)]
+end
+
+local function list_products(user)
+  local path = "/v1/products?category=" .. any(data.categories) .. "&sort=-price_cents&per_page=20"
+  return wrk.format("GET", path, bearer(user[2]))
+end
+
+function request()
+  local user = any(data.users)
+  if mix == "list" then
+    return list_products(user)
+  end
+  local pick = math.random(100)
+  if pick <= 40 then
+    return list_products(user)
+  elseif pick <= 70 then
+    return wrk.format("GET", "/v1/products/" .. math.random(data.products), bearer(user[2]))
+  elseif pick <= 85 then
+    return wrk.format("GET", "/v1/orders?sort=-created_at&per_page=20", bearer(user[2]))
+  elseif pick <= 95 then
+    local body = string.format(
+      '{"user_id":%d,"items":[{"product_id":%d,"quantity":1}]}', user[1], math.random(data.products)
+    )
+    return wrk.format("POST", "/v1/orders", bearer(user[2], JSON), body)
+  else
+    local body = string.format('{"price_cents":%d}', math.random(100, 100000))
+    local path = "/v1/products/" .. math.random(data.products)
+    return wrk.format("PATCH", path, bearer(any(data.partners), MERGE_PATCH), body)
+  end
+end
+
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+  if status >= 400 and not error_bodies[status] then
+    error_bodies[status] = body
+  end
+end
+
+function done(summary, latency, requests)
+  local function out(key, value)
+    io.write(string.format("BENCH %s %s\n", key, tostring(value)))
+  end
+  out("requests", summary.requests)
+  out("duration_us", summary.duration)
+  for _, kind in ipairs({"connect", "read", "write", "status", "timeout"}) do
+    out("errors_" .. kind, summary.errors[kind])
+  end
+  for _, p in ipairs({50, 90, 95, 99, 99.9}) do
+    out("latency_p" .. p .. "_us", latency:percentile(p))
+  end
+  out("latency_max_us", latency.max)
+  for _, thread in ipairs(threads) do
+    for status, count in pairs(thread:get("statuses")) do
+      out("status_" .. status, count)
+    end
+    for status, body in pairs(thread:get("error_bodies")) do
+      out("error_body_" .. status, (body:gsub("[\r\n]", " ")))
+    end
+  end
+end
