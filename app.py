@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         specification_dir=SPEC_DIR,
         jsonifier=CompactJsonifier(),
         validator_map=validator_map,
+        security_map=security.SECURITY_MAP,
     )
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own.

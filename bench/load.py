@@ -4,7 +4,8 @@ in PostgreSQL, against a plain Flask + Peewee baseline measured in the same run.
 1. list: the mix's list query (`category` filter, `-price_cents` sort), baseline and shopapi in
    interleaved rounds under the same load; CPU per request and the ratio between them.
 2. mix: list products 40 %, get a product 30 %, list my orders 15 %, place an order 10 %,
-   patch a product 5 % (bench/mix.lua), each client with its own valid token.
+   patch a product 5 % (bench/mix.lua), each client with its own valid token; then each of the
+   five alone, for its own cost (reads and writes size the database differently).
 3. steps: the mix at a constant offered rate, stepped up past saturation: latency percentiles
    against offered load (plotted).
 4. scale-out: one instance against two (separate servers on separate ports, as if on two hosts,
@@ -54,7 +55,8 @@ SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS = 8200, 8201, (8202, 8203)
 # The load: connections kept open by wrk's two threads, seconds per measured round.
 CONNECTIONS, THREADS = 32, 2
 ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
-STEP_SECONDS = 6
+OPERATION_SECONDS, STEP_SECONDS = 5, 6
+OPERATIONS = ("list", "get", "orders", "create", "patch")  # bench/mix.lua's names
 STEP_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # of the mix's saturated throughput
 PARTNERS = 100  # tokens that may patch products; every seeded user is a customer
 CATEGORIES = ("books", "kitchen", "garden", "toys")
@@ -237,6 +239,16 @@ def measure_mix(shopapi: Server, data) -> dict:
     return {**medians(rounds), "rounds": rounds}
 
 
+def measure_operations(shopapi: Server, data) -> dict:
+    say(f"operations: each alone, {OPERATION_SECONDS} s")
+    costs = {}
+    for operation in OPERATIONS:
+        wrk([shopapi], data, operation, 1)
+        costs[operation] = wrk([shopapi], data, operation, OPERATION_SECONDS)
+        say(_line(f"  {operation:7s}", costs[operation]))
+    return costs
+
+
 def step_load(shopapi: Server, data, saturated: float) -> list[dict]:
     say(f"steps: the mix at a constant rate, {STEP_SECONDS} s a step")
     steps = []
@@ -380,6 +392,7 @@ def main() -> int:
             results["list"] = compare_list(baseline, shopapi, data)
             baseline.stop()
             results["mix"] = measure_mix(shopapi, data)
+            results["operations"] = measure_operations(shopapi, data)
             results["steps"] = step_load(shopapi, data, results["mix"]["throughput"])
         finally:
             shopapi.stop()
@@ -404,6 +417,7 @@ def _failures(results: dict) -> list[str]:
     saturated += [results["scale_out"]["one"], results["scale_out"]["two"]]
     errors = sum(summary["errors"] for summary in saturated)
     errors += sum(step["errors"] for step in results["steps"])
+    errors += sum(run["errors"] for run in results["operations"].values())
     if errors:
         failures.append(f"{errors} requests failed (see statuses and error_bodies in load.json)")
     consistency = results["scale_out"]["consistency"]
@@ -442,7 +456,9 @@ def markdown(results: dict) -> str:
         "",
         f"- List: shopapi's app CPU per request is **{listed['app_cpu_ratio']:.2f}x** the "
         "baseline's (goal: at most 2x).",
-        f"- Mix: **{mix['app_cpu_ms']:.2f} ms** of app CPU per request (goal: at most 1.0 ms).",
+        f"- Mix: **{mix['app_cpu_ms']:.2f} ms** of app CPU per request (goal: at most 1.0 ms). "
+        f"10,000 requests/s of it need **{mix['app_cpu_ms'] * 10:.0f} cores** of app workers and "
+        f"**{mix['database_cpu_ms'] * 10:.0f} cores** of PostgreSQL, at 100 % busy.",
         f"- Scale-out: two instances serve **{scale['throughput_ratio']:.2f}x** one instance's "
         "throughput.",
         f"- Consistency across the two instances: {scale['consistency']['orders_answered_201']} "
@@ -454,6 +470,17 @@ def markdown(results: dict) -> str:
         f"{scale['consistency']['rate_limit']['sent']} reads alternating between them were "
         f"answered {scale['consistency']['rate_limit']['answered']} (limit "
         f"{scale['consistency']['rate_limit']['limit']}/minute).",
+        "",
+        "Each operation alone (one round):",
+        "",
+        "| operation | req/s | p50 ms | p99 ms | errors | app CPU-ms/req | PostgreSQL CPU-ms/req |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {name} | {run['throughput']:,.0f} | {run['latency_ms']['p50']:.1f} | "
+            f"{run['latency_ms']['p99']:.1f} | {run['errors']} | {run['app_cpu_ms']:.2f} | "
+            f"{run['database_cpu_ms']:.2f} |"
+            for name, run in results["operations"].items()
+        ),
         "",
         "Offered load (the mix at a constant rate) against latency:",
         "",

@@ -2,7 +2,8 @@
 --   BENCH_DATA   a Lua file returning {users = {{id, token}, ...}, partners = {token, ...},
 --                products = <count>, categories = {...}}: who the virtual clients are
 --   BENCH_MIX    "mix": list products with a filter and a sort 40 %, get a product 30 %, list my
---                orders 15 %, place an order 10 %, patch a product 5 %; "list": only the list
+--                orders 15 %, place an order 10 %, patch a product 5 %; or one of them alone:
+--                "list", "get", "orders", "create", "patch"
 --   BENCH_RATE   requests/s per wrk thread, sent on a fixed schedule (wrk2's constant rate);
 --                unset or 0: as fast as the server answers
 --   BENCH_ADDRS  host:port,host:port: the servers, one per thread in turn (round-robin);
@@ -82,27 +83,40 @@ local function list_products(user)
   return wrk.format("GET", path, bearer(user[2]))
 end
 
-function request()
-  local user = any(data.users)
-  if mix == "list" then
-    return list_products(user)
-  end
-  local pick = math.random(100)
-  if pick <= 40 then
-    return list_products(user)
-  elseif pick <= 70 then
+local requests = {
+  list = list_products,
+  get = function(user)
     return wrk.format("GET", "/v1/products/" .. math.random(data.products), bearer(user[2]))
-  elseif pick <= 85 then
+  end,
+  orders = function(user)
     return wrk.format("GET", "/v1/orders?sort=-created_at&per_page=20", bearer(user[2]))
-  elseif pick <= 95 then
+  end,
+  create = function(user)
     local body = string.format(
       '{"user_id":%d,"items":[{"product_id":%d,"quantity":1}]}', user[1], math.random(data.products)
     )
     return wrk.format("POST", "/v1/orders", bearer(user[2], JSON), body)
-  else
+  end,
+  patch = function()
     local body = string.format('{"price_cents":%d}', math.random(100, 100000))
     local path = "/v1/products/" .. math.random(data.products)
     return wrk.format("PATCH", path, bearer(any(data.partners), MERGE_PATCH), body)
+  end,
+}
+
+-- The mix, as cumulative percentages.
+local MIX = {{40, "list"}, {70, "get"}, {85, "orders"}, {95, "create"}, {100, "patch"}}
+
+function request()
+  local user = any(data.users)
+  if mix ~= "mix" then
+    return requests[mix](user)
+  end
+  local pick = math.random(100)
+  for _, share in ipairs(MIX) do
+    if pick <= share[1] then
+      return requests[share[2]](user)
+    end
   end
 end
 

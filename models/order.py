@@ -62,17 +62,18 @@ class Order(BaseModel):
                 currency=currencies.pop(),
                 note=note,
             )
-            OrderItem.insert_many(
-                [
-                    {
-                        "order": order.id,
-                        "product": item["product_id"],
-                        "quantity": item["quantity"],
-                        "unit_price_cents": products[item["product_id"]].price_cents,
-                    }
-                    for item in items
-                ]
-            ).execute()
+            lines = [
+                OrderItem(
+                    order=order.id,
+                    product=item["product_id"],
+                    quantity=item["quantity"],
+                    unit_price_cents=products[item["product_id"]].price_cents,
+                )
+                for item in items
+            ]
+            OrderItem.insert_many([line.__data__ for line in lines]).execute()
+        # The items as written, in their order: showing the new order needs no query for them.
+        order.items = lines
         return order
 
     def change(self, changes: dict) -> None:

@@ -37,6 +37,8 @@ log = logging.getLogger("shopapi.rate_limits")
 RETRY_STORAGE_AFTER = 1.0
 # Redis must answer within this, or the request goes on without a limit.
 REDIS_TIMEOUT = 0.25
+# Windows whose end this process remembers; beyond this many the ended ones are dropped.
+MAX_WINDOWS_KNOWN = 100_000
 # Addresses blocked after failed authentication, kept in this process; beyond this many the
 # expired ones are dropped.
 MAX_BLOCKED_ADDRESSES = 10_000
@@ -103,6 +105,9 @@ class LimitCounter:
     def __init__(self, storage_uri: str):
         self.storage = _storage(storage_uri)
         self._unavailable_until = 0.0
+        # When each key's current window ends (wall clock), as far as this process knows: the
+        # storage is asked only for windows this process has not seen start.
+        self._window_ends: dict[str, float] = {}
 
     async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
         """Count one hit; None when the storage is unavailable."""
@@ -112,7 +117,7 @@ class LimitCounter:
         key = limit.key_for(*identifiers)
         try:
             count = await self.storage.incr(key, limit.get_expiry())
-            reset_at = await self.storage.get_expiry(key)
+            reset_at = await self._window_end(key, count, limit)
         except StorageError as error:
             self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
@@ -121,6 +126,22 @@ class LimitCounter:
             )
             return None
         return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+
+    async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
+        """When the window that `count` fell in ends. The first hit opens a window here; a window
+        opened elsewhere (another worker or host) costs one more storage call, once."""
+        now = time.time()
+        if count == 1:
+            end = now + limit.get_expiry()
+        else:
+            end = self._window_ends.get(key, 0.0)
+            if end <= now:
+                end = await self.storage.get_expiry(key)
+        if len(self._window_ends) >= MAX_WINDOWS_KNOWN:
+            current = {k: e for k, e in self._window_ends.items() if e > now}
+            self._window_ends = current if len(current) < MAX_WINDOWS_KNOWN // 2 else {}
+        self._window_ends[key] = end
+        return end
 
 
 class RateLimitMiddleware:

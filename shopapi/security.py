@@ -11,6 +11,7 @@ through the ASGI scope, and run the API-key lookup off the event loop with its o
 """
 
 import dataclasses
+import functools
 import hmac
 import weakref
 
@@ -18,6 +19,7 @@ import anyio.to_thread
 import connexion
 import peewee
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
+from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
 
 from models import ApiKey
 from models.db import database
@@ -34,6 +36,24 @@ class _Keys:
 _keys_of: "weakref.WeakKeyDictionary[object, _Keys]" = weakref.WeakKeyDictionary()
 
 REALM = "shopapi"
+
+
+class _SignatureReadOnce:
+    """Connexion's security handlers read the check function's signature (inspect.signature,
+    twice) on every request to learn which arguments it takes; it cannot change, so once is
+    enough."""
+
+    @staticmethod
+    @functools.cache
+    def _accepts_kwarg(func, keyword: str) -> bool:
+        return AbstractSecurityHandler._accepts_kwarg(func, keyword)
+
+
+# Connexion's handler for each scheme type, reading signatures once (FlaskApp(security_map=...)).
+SECURITY_MAP = {
+    kind: type(handler.__name__, (_SignatureReadOnce, handler), {})
+    for kind, handler in SECURITY_HANDLERS.items()
+}
 
 
 def install(app: connexion.FlaskApp, tokens: AccessTokens, metrics_token: str | None) -> None:

@@ -29,6 +29,9 @@ _REQUIRED = {
     "require_sub": True,
     "leeway": 30,  # seconds of clock skew between hosts
 }
+# Tokens issued here whose signature has been checked, kept with their claims so that a client's
+# next requests skip the check (an HMAC or RSA verification and two base64/JSON decodes each).
+VERIFIED_CACHE_SIZE = 10_000
 # How long a fetched JWKS is trusted, and how soon an unknown `kid` may trigger a refetch.
 _JWKS_MAX_AGE = 600
 _JWKS_REFETCH_AFTER = 60
@@ -110,6 +113,8 @@ class AccessTokens:
             for issuer, location in settings.oauth_trusted_issuers.items()
             if issuer != self.issuer
         }
+        self._verified: dict[str, Mapping] = {}
+        self._verified_lock = threading.Lock()
 
     def jwks(self) -> dict:
         return {"keys": self._published}
@@ -129,7 +134,27 @@ class AccessTokens:
         return jwt.encode(payload, self._signing_key, algorithm=self.algorithm, headers=headers)
 
     def verify(self, token: str) -> Mapping:
-        """The token's claims, or InvalidToken."""
+        """The token's claims, or InvalidToken.
+
+        A token issued here is checked once: its claims are kept until it expires. The signing
+        key cannot change while the process runs, and nothing else about the token can. Other
+        issuers' tokens are checked every time, so that a key they withdraw stops working."""
+        claims = self._verified.get(token)
+        if claims is None:
+            claims = self._verify(token)
+            if claims["iss"] == self.issuer:
+                self._remember(token, claims)
+        elif claims["exp"] + _REQUIRED["leeway"] < time.time():
+            raise InvalidToken("The token has expired.")
+        return claims
+
+    def _remember(self, token: str, claims: Mapping) -> None:
+        with self._verified_lock:
+            if len(self._verified) >= VERIFIED_CACHE_SIZE:
+                del self._verified[next(iter(self._verified))]  # the oldest
+            self._verified[token] = claims
+
+    def _verify(self, token: str) -> Mapping:
         try:
             header = jwt.get_unverified_header(token)
             issuer = jwt.get_unverified_claims(token).get("iss")

@@ -32,6 +32,19 @@ def _refuse_read_only(validator, read_only, instance, schema):
 
 _BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only})
 
+# Compiled validators by (validator class, schema). Connexion builds its validators anew for
+# every request; the schemas are the spec's own, alive as long as the app.
+_compiled: dict[tuple[type, int], tuple[dict, object]] = {}
+
+
+def _compiled_validator(cls, schema: dict):
+    """`cls(schema)`, built once per schema (the schema is kept so that its id is not reused)."""
+    key = (cls, id(schema))
+    cached = _compiled.get(key)
+    if cached is None or cached[0] is not schema:
+        cached = _compiled[key] = (schema, cls(schema, format_checker=FORMAT_CHECKER))
+    return cached[1]
+
 
 def pointer(path) -> str:
     """A JSON pointer (RFC 6901) for a path of keys and indexes."""
@@ -88,7 +101,7 @@ def _refuse_constant(name):
 class RequestBodyValidator(JSONRequestBodyValidator):
     @property
     def _validator(self):
-        return _BodySchemaValidator(self._schema, format_checker=FORMAT_CHECKER)
+        return _compiled_validator(_BodySchemaValidator, self._schema)
 
     async def _parse(self, stream, scope):
         raw = b"".join([message async for message in stream])
@@ -125,12 +138,10 @@ class ParameterValidator(ConnexionParameterValidator):
             )
         # Connexion's own check uses jsonschema's lenient formats; bodies and parameters are held
         # to the same formats here (a `url[ne]` filter must be a URI, like the field).
-        error = best_match(
-            Draft4Validator(param.get("schema", param), format_checker=FORMAT_CHECKER).iter_errors(
-                value
-            )
-        )
-        return None if error is None else error.message
+        validator = _compiled_validator(Draft4Validator, param.get("schema", param))
+        if validator.is_valid(value):
+            return None
+        return best_match(validator.iter_errors(value)).message
 
     def validate_request(self, request):
         errors = []

@@ -1,10 +1,14 @@
 """A database that goes away is 503 with Retry-After; the server recovers by itself."""
 
+import time
+
 import httpx
 import pytest
 from breakable_database import breakable
 from helpers import assert_problem, bearer
 from live import live_server
+
+from models.db import CHECK_IDLE_AFTER_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -46,3 +50,21 @@ def test_an_outage_is_503_and_the_server_heals_by_itself(app, database_url, tmp_
         assert http.get("/v1/products").status_code == 200
         assert http.get("/v1/products", headers=by_key).status_code == 200
         assert http.post("/v1/products", json=new).status_code == 201
+
+
+def test_a_pooled_connection_lost_while_idle_is_replaced_unseen(app, database_url, tmp_path):
+    """A pooled connection is checked with a round trip only when it has been idle for a while
+    (models/db.py): one that the server lost meanwhile is replaced before any request uses it."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has no connections to lose")
+    with (
+        breakable(database_url, tmp_path) as (url, cut, restore),
+        live_server(url) as base,
+        httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
+    ):
+        assert http.get("/v1/products").status_code == 200
+        cut()  # the pooled connection's socket is closed under it
+        restore()
+        time.sleep(CHECK_IDLE_AFTER_SECONDS + 0.2)
+        for _ in range(5):
+            assert http.get("/v1/products").status_code == 200

@@ -157,12 +157,16 @@ def test_two_server_processes_share_one_quota_in_redis(app, database_url):
         live_server(database_url, **settings) as second,
     ):
         headers = _reader()
-        remaining = []
+        remaining, resets = [], []
         for base in (first, second, first, second, first):
             response = httpx.get(f"{base}/v1/products", headers=headers)
             assert response.status_code == 200
             remaining.append(response.headers["ratelimit-remaining"])
+            resets.append(int(response.headers["ratelimit-reset"]))
         assert remaining == ["4", "3", "2", "1", "0"]
+        # One window, opened by the first server: the second learns its end from Redis.
+        assert all(0 < reset <= 60 for reset in resets)
+        assert max(resets) - min(resets) <= 1
         for base in (second, first):
             assert_problem(httpx.get(f"{base}/v1/products", headers=headers), 429)
 
