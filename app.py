@@ -35,6 +35,7 @@ from shopapi.resolver import HandlerResolver
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.tokens import AccessTokens
 from shopapi.validation import validator_map
+from shopapi.wsgi_bridge import WSGIBridge
 
 SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
@@ -68,6 +69,10 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         validator_map=validator_map,
         security_map=security.SECURITY_MAP,
     )
+    # Flask behind a bridge whose threads match the database pool and that hands each response
+    # back in one piece (shopapi/wsgi_bridge.py). FlaskApp offers no option for it: its inner
+    # app is the place.
+    app._middleware_app.asgi_app = WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own.
     root_specs = [_load("well-known.yaml")]

@@ -58,6 +58,9 @@ ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
 OPERATION_SECONDS, STEP_SECONDS = 5, 6
 OPERATIONS = ("list", "get", "orders", "create", "patch")  # bench/mix.lua's names
 STEP_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # of the mix's saturated throughput
+# wrk stops with requests under way; the servers finish them within this, before the database is
+# read for the consistency checks (an order committing meanwhile would be half counted).
+SETTLE_SECONDS = 2
 PARTNERS = 100  # tokens that may patch products; every seeded user is a customer
 CATEGORIES = ("books", "kitchen", "garden", "toys")
 
@@ -272,9 +275,11 @@ def scale_out(data, secrets_env, log_dir) -> dict:
         for _ in range(ROUNDS - 1):
             runs["one"].append(wrk([first], data, "mix", ROUND_SECONDS))
             say(_line("  one instance ", runs["one"][-1]))
+            time.sleep(SETTLE_SECONDS)
             before = _stock_and_orders()
             runs["two"].append(wrk([first, second], data, "mix", ROUND_SECONDS))
             say(_line("  two instances", runs["two"][-1]))
+        time.sleep(SETTLE_SECONDS)
         consistency = _data_consistency(before, runs["two"][-1])
         consistency["rate_limit"] = _rate_limit_across([first, second], secrets_env)
     finally:

@@ -1,0 +1,82 @@
+"""The bridge from Connexion's ASGI middleware to Flask: each request runs the WSGI app on a
+thread pool sized like the database pool, and its whole response comes back in one hand-off.
+
+Connexion's own bridge (a2wsgi) runs Flask on 10 threads, whatever the database pool holds, and
+hands every message of a response (its start, each body chunk, the end) back to the event loop
+one at a time, the thread waiting on each: three round trips between threads per request. The
+profile of `make bench` had them as a tenth of a worker's CPU. This API's responses are small,
+complete JSON documents, never streams, so here the thread collects the response and the event
+loop sends it: one hand-off. A request body is read before the handler runs (Connexion's
+validation has read it already, and BodyLimitMiddleware caps it).
+
+The pool's size is the database pool's (DATABASE_POOL_SIZE): a handler thread then always finds
+a connection; with more threads than connections, requests under load wait for one and time out.
+"""
+
+import asyncio
+import contextvars
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+from a2wsgi.wsgi import build_environ
+from starlette.types import Receive, Scope, Send
+
+
+class WSGIBridge:
+    """An ASGI app running `app` (a WSGI app) on `threads` threads."""
+
+    def __init__(self, app, threads: int):
+        self.app = app  # the name Connexion's add_wsgi_middleware wraps
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flask")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # Connexion answers lifespan and websockets before this
+            return
+        body = await _read_body(receive)
+        environ = build_environ(scope, io.BytesIO(body))
+        # Connexion's request context (the operation, the token's claims) lives in context
+        # variables, which the thread must see.
+        run = contextvars.copy_context().run
+        loop = asyncio.get_running_loop()
+        status, headers, content = await loop.run_in_executor(
+            self.executor, run, self._run, environ
+        )
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _run(self, environ: dict) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        started: list = []
+        chunks: list[bytes] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info=None):
+            if exc_info is not None and started:
+                raise exc_info[1].with_traceback(exc_info[2])
+            started[:] = [
+                int(status.split(" ", 1)[0]),
+                [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in headers
+                ],
+            ]
+            return chunks.append  # WSGI's write() callable
+
+        iterable = self.app(environ, start_response)
+        try:
+            chunks.extend(iterable)
+        finally:
+            if hasattr(iterable, "close"):
+                iterable.close()
+        status, headers = started
+        return status, headers, b"".join(chunks)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
