@@ -10,7 +10,6 @@ product.low_stock for stock an order takes) in its own transaction: see shopapi/
 import collections
 
 import flask
-import peewee
 from connexion.exceptions import Forbidden
 
 from handlers import products
@@ -46,9 +45,19 @@ def represent(order: Order) -> dict:
     }
 
 
-def _with_items(orders):
-    """The orders with their items, in two queries rather than one per order."""
-    return peewee.prefetch(orders, OrderItem.select().order_by(OrderItem.id))
+def _with_items(orders) -> list[Order]:
+    """The orders with their items, in two queries rather than one per order. (Peewee's prefetch
+    does the same with a subquery repeating the page's query, and took a third of the CPU of a
+    list of orders in building and matching it.)"""
+    orders = list(orders)
+    items = collections.defaultdict(list)
+    if orders:
+        of_these = OrderItem.order.in_([order.id for order in orders])
+        for item in OrderItem.select().where(of_these).order_by(OrderItem.id):
+            items[item.order_id].append(item)
+    for order in orders:
+        order.items = items[order.id]
+    return orders
 
 
 def _reachable(id: int, load=Order.get_by_id) -> Order:
