@@ -10,7 +10,7 @@ ADMIN_PASSWORD ?= admin-pass
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod worker migrate seed test lint bench bench-depth clean \
+.PHONY: install run serve serve-prod worker migrate seed test lint bench bench-depth profile clean \
 	contract-snapshot
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
@@ -63,6 +63,12 @@ bench: install
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/load.py
+
+# Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
+profile: install
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/profile.py
 
 # How a list page's cost grows with its depth, offset against cursor (in-process).
 bench-depth: install

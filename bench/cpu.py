@@ -35,6 +35,11 @@ def _all() -> dict[int, tuple[str, int, float]]:
     return stats
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    return [child for child, (_, parent, _) in _all().items() if parent == pid]
+
+
 def tree_seconds(root: int) -> float:
     """CPU seconds used so far by process `root` and all its descendants."""
     stats = _all()

@@ -36,7 +36,9 @@ class Order(BaseModel):
     @classmethod
     def place(cls, user_id: int, items: list[dict], note: str | None = None) -> "Order":
         """Create a pending order, taking the stock of every item, all or nothing."""
-        with database.atomic():
+        # transaction(), not atomic(): inside the caller's transaction this joins it (its
+        # rollback undoes everything) instead of adding a savepoint's two round trips.
+        with database.transaction():
             if not User.select().where(User.id == user_id).exists():
                 raise InvalidReference("/user_id", f"There is no user {user_id}.")
             wanted = [item["product_id"] for item in items]
@@ -78,7 +80,7 @@ class Order(BaseModel):
 
     def change(self, changes: dict) -> None:
         """Apply a change of `status` (a state transition) and/or `note`."""
-        with database.atomic():
+        with database.transaction():  # joins the caller's, as in place()
             if "status" in changes and changes["status"] != self.status:
                 self._move_to(changes["status"])
             self.assign(changes)

@@ -1,0 +1,134 @@
+"""Where a worker's CPU goes under the load mix (`make profile`): py-spy samples one production
+worker while wrk drives the mix, and the samples are sorted into the layers a request crosses.
+Writes bench/results/profile.md (the breakdown) and profile.txt (the collapsed stacks, which
+speedscope or flamegraph.pl draw).
+
+Only samples where the thread holds the GIL are taken (`--gil`): Python's CPU, not its waits.
+What runs without the GIL (the kernel's side of sockets, libpq) is not in it; bench/load.py's
+/proc numbers are the whole CPU.
+
+    BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench python bench/profile.py
+"""
+
+import collections
+import os
+import pathlib
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import cpu, load  # noqa: E402
+from bench.seed import URL, reset, seed  # noqa: E402
+from shopapi.settings import Settings  # noqa: E402
+from shopapi.tokens import AccessTokens  # noqa: E402
+
+SECONDS, RATE_HZ = 15, 250
+# A sample belongs to the first layer, from its innermost frame outwards, whose pattern matches
+# a frame ("function (file:line)").
+LAYERS = (
+    ("JWT verification", r"jose/|AccessTokens"),
+    ("parameter validation", r"validators/parameter|shopapi/validation|uri_parsing|jsonschema"),
+    ("body validation", r"validators/json|RequestBodyValidator"),
+    ("rate limits (Redis)", r"redis/|limits/|LimitCounter"),
+    ("request log", r"logging/|shopapi/logs"),
+    ("metrics", r"prometheus_client|ObservabilityMiddleware._record"),
+    ("JSON", r"orjson|jsonifier|json/"),
+    ("Peewee: building SQL", r"(__sql__|Context\.|_sql|Node|ColumnBase|Expression).*peewee"),
+    ("Peewee: rows to objects",
+     r"(process_row|CursorWrapper|iterate|python_value|Model.__init__|fill_cache).*peewee"),
+    ("Peewee: pool", r"playhouse/pool|Database.connect|Database.close|close_connection"),
+    ("Peewee: the rest (executing, transactions)", r"peewee|psycopg"),
+    ("representations", r"shopapi/representations|shopapi/money|represent \(handlers"),
+    ("handlers and list language", r"handlers/|shopapi/listing|shopapi/cursors|shopapi/events"),
+    ("WSGI bridge", r"shopapi/wsgi_bridge|a2wsgi/|concurrent/futures|threading.py"),
+    ("Flask and Werkzeug", r"flask/|werkzeug/"),
+    ("Connexion (routing, security, decorators)", r"connexion/"),
+    ("Starlette", r"starlette/"),
+    ("our ASGI middleware", r"shopapi/"),
+    ("uvicorn and httptools", r"uvicorn|httptools"),
+    ("asyncio event loop", r"asyncio/|uvloop"),
+)  # fmt: skip
+
+
+def breakdown(stacks: pathlib.Path) -> tuple[int, collections.Counter, collections.Counter]:
+    """(samples, samples per layer, samples per innermost function) of py-spy's raw output."""
+    layers, functions, total = collections.Counter(), collections.Counter(), 0
+    for line in stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames, count = stack.split(";"), int(count)
+        total += count
+        functions[re.sub(r":\d+\)$", ")", frames[-1])] += count
+        layers[_layer(frames)] += count
+    return total, layers, functions
+
+
+def _layer(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, pattern in LAYERS:
+            if re.search(pattern, frame):
+                return name
+    return "other"
+
+
+def main() -> None:
+    seed(URL)
+    reset(URL)
+    secrets_env = {
+        "JWT_SECRET": secrets.token_urlsafe(32),
+        "CURSOR_SECRET": secrets.token_urlsafe(32),
+    }
+    tokens = AccessTokens(
+        Settings(jwt_secret=secrets_env["JWT_SECRET"].encode(), access_token_ttl=3600)
+    )
+    stacks = load.RESULTS / "profile.txt"
+    with tempfile.TemporaryDirectory(prefix="shopapi-profile-") as scratch:
+        scratch = pathlib.Path(scratch)
+        data = scratch / "clients.lua"
+        load.write_clients(data, tokens)
+        server = load.shopapi_server("profiled", load.SHOPAPI_PORT, 1, secrets_env, scratch)
+        try:
+            load.wrk([server], data, "mix", load.WARM_UP_SECONDS)
+            (worker,) = cpu.children(server.process.pid)
+            spy = subprocess.Popen(  # noqa: S603 (py-spy, our arguments)
+                [load.BIN / "py-spy", "record", "--gil", "-r", str(RATE_HZ), "-d", str(SECONDS),
+                 "-f", "raw", "-o", str(stacks), "-p", str(worker)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            run = load.wrk([server], data, "mix", SECONDS)
+            spy.wait()
+        finally:
+            server.stop()
+    total, layers, functions = breakdown(stacks)
+    lines = [
+        "# Where a worker's CPU goes under the load mix",
+        "",
+        f"py-spy, {RATE_HZ} Hz, {SECONDS} s, one production worker (all features on) under "
+        f"the mix at {run['throughput']:.0f} req/s, {run['app_cpu_ms']:.2f} CPU-ms/request "
+        f"(/proc); {total:,} samples holding the GIL. Collapsed stacks: profile.txt.",
+        "",
+        "| layer | share of the samples |",
+        "|---|---|",
+        *(f"| {name} | {100 * count / total:.1f} % |" for name, count in layers.most_common()),
+        "",
+        "Functions with the most samples of their own:",
+        "",
+        "| function | share |",
+        "|---|---|",
+        *(f"| `{name}` | {100 * n / total:.1f} % |" for name, n in functions.most_common(20)),
+        "",
+    ]
+    report = "\n".join(lines)
+    (load.RESULTS / "profile.md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()
