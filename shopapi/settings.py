@@ -113,8 +113,8 @@ class Settings:
     # Checking every response against the contract doubles the cost of a request: on in tests,
     # off in production unless asked for.
     validate_responses: bool = False
-    # PostgreSQL connections per worker process. Connexion runs Flask on a 10-thread pool, so a
-    # smaller pool makes requests wait for a connection or fail under load.
+    # PostgreSQL connections per worker process, and the threads Flask runs on
+    # (shopapi/wsgi_bridge.py): a handler thread always finds a connection.
     database_pool_size: int = 10
     max_body_bytes: int = 1024 * 1024
     # Signs list cursors. Generated when unset, which suits one process: workers that share
