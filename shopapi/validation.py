@@ -33,8 +33,10 @@ def _refuse_read_only(validator, read_only, instance, schema):
 _BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only})
 
 # Compiled validators by (validator class, schema). Connexion builds its validators anew for
-# every request; the schemas are the spec's own, alive as long as the app.
+# every request; the schemas are the spec's own, alive as long as the app. Bounded, for a process
+# that builds many apps (the tests).
 _compiled: dict[tuple[type, int], tuple[dict, object]] = {}
+_MAX_COMPILED = 4096
 
 
 def _compiled_validator(cls, schema: dict):
@@ -42,6 +44,8 @@ def _compiled_validator(cls, schema: dict):
     key = (cls, id(schema))
     cached = _compiled.get(key)
     if cached is None or cached[0] is not schema:
+        if len(_compiled) >= _MAX_COMPILED:
+            _compiled.clear()
         cached = _compiled[key] = (schema, cls(schema, format_checker=FORMAT_CHECKER))
     return cached[1]
 

@@ -49,8 +49,8 @@ class WSGIBridge:
         chunks: list[bytes] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info=None):
-            if exc_info is not None and started:
-                raise exc_info[1].with_traceback(exc_info[2])
+            # Nothing is sent before the app returns, so a later call (an error page, with
+            # exc_info) simply replaces the status and headers, as PEP 3333 allows.
             started[:] = [
                 int(status.split(" ", 1)[0]),
                 [
