@@ -111,10 +111,20 @@ class Server:
         return cpu.tree_seconds(self.process.pid)
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        self.process.wait(timeout=30)
+        """Stop the server (once; stopping a stopped server does nothing)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
         self.log.close()
+
+
+def server_secrets() -> tuple[dict, AccessTokens]:
+    """The secrets every server of a run shares, as hosts would (environment variables), and the
+    issuer of the clients' tokens that they trust."""
+    env = {"JWT_SECRET": secrets.token_urlsafe(32), "CURSOR_SECRET": secrets.token_urlsafe(32)}
+    tokens = AccessTokens(Settings(jwt_secret=env["JWT_SECRET"].encode(), access_token_ttl=3600))
+    return env, tokens
 
 
 def shopapi_server(name, port, workers, secrets_env, log_dir) -> Server:
@@ -262,7 +272,7 @@ def step_load(shopapi: Server, data, saturated: float) -> list[dict]:
     return steps
 
 
-def scale_out(data, secrets_env, log_dir) -> dict:
+def scale_out(data, secrets_env, tokens: AccessTokens, log_dir) -> dict:
     """One instance against two, each a single worker, in interleaved rounds."""
     say("scale-out: one instance (1 worker) against two (1 worker each), round-robin")
     first, second = (
@@ -281,7 +291,7 @@ def scale_out(data, secrets_env, log_dir) -> dict:
             say(_line("  two instances", runs["two"][-1]))
         time.sleep(SETTLE_SECONDS)
         consistency = _data_consistency(before, runs["two"][-1])
-        consistency["rate_limit"] = _rate_limit_across([first, second], secrets_env)
+        consistency["rate_limit"] = _rate_limit_across([first, second], tokens)
     finally:
         first.stop()
         second.stop()
@@ -330,11 +340,10 @@ def _data_consistency(before: dict, run: dict) -> dict:
     }
 
 
-def _rate_limit_across(servers: list[Server], secrets_env) -> dict:
+def _rate_limit_across(servers: list[Server], tokens: AccessTokens) -> dict:
     """One client's requests alternately to each instance: the shared limit (the spec's
     1000/minute for a product read) lets exactly that many through, wherever they land."""
     limit, extra = 1000, 20
-    tokens = AccessTokens(Settings(jwt_secret=secrets_env["JWT_SECRET"].encode()))
     token = tokens.issue(f"limit-probe-{secrets.token_hex(4)}", ["products:read"])
     connections = [http.client.HTTPConnection("127.0.0.1", server.port) for server in servers]
     answered: dict[int, int] = {}
@@ -368,13 +377,7 @@ def main() -> int:
     seeded = seed(URL)
     reset(URL)
     say(f"data set {'seeded' if seeded else 'ready'} in {time.monotonic() - started:.0f} s")
-    secrets_env = {
-        "JWT_SECRET": secrets.token_urlsafe(32),
-        "CURSOR_SECRET": secrets.token_urlsafe(32),
-    }
-    tokens = AccessTokens(
-        Settings(jwt_secret=secrets_env["JWT_SECRET"].encode(), access_token_ttl=3600)
-    )
+    secrets_env, tokens = server_secrets()
     results: dict = {
         "machine": {
             "cores": os.cpu_count(),
@@ -401,8 +404,8 @@ def main() -> int:
             results["steps"] = step_load(shopapi, data, results["mix"]["throughput"])
         finally:
             shopapi.stop()
-            baseline.stop() if baseline.process.poll() is None else None
-        results["scale_out"] = scale_out(data, secrets_env, scratch)
+            baseline.stop()
+        results["scale_out"] = scale_out(data, secrets_env, tokens, scratch)
     results["seconds"] = time.monotonic() - started
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "load.json").write_text(json.dumps(results, indent=2) + "\n")

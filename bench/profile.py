@@ -14,7 +14,6 @@ import collections
 import os
 import pathlib
 import re
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench import cpu, load  # noqa: E402
 from bench.seed import URL, reset, seed  # noqa: E402
-from shopapi.settings import Settings  # noqa: E402
-from shopapi.tokens import AccessTokens  # noqa: E402
 
 SECONDS, RATE_HZ = 15, 250
 # A sample belongs to the first layer, from its innermost frame outwards, whose pattern matches
@@ -80,13 +77,7 @@ def _layer(frames: list[str]) -> str:
 def main() -> None:
     seed(URL)
     reset(URL)
-    secrets_env = {
-        "JWT_SECRET": secrets.token_urlsafe(32),
-        "CURSOR_SECRET": secrets.token_urlsafe(32),
-    }
-    tokens = AccessTokens(
-        Settings(jwt_secret=secrets_env["JWT_SECRET"].encode(), access_token_ttl=3600)
-    )
+    secrets_env, tokens = load.server_secrets()
     stacks = load.RESULTS / "profile.txt"
     with tempfile.TemporaryDirectory(prefix="shopapi-profile-") as scratch:
         scratch = pathlib.Path(scratch)
