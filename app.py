@@ -12,7 +12,7 @@ from connexion.options import SwaggerUIOptions
 
 from models import User
 from models.db import close_connection, database, open_database, use
-from shopapi import logs, problems, security, spec_files
+from shopapi import logs, problems, security, served_contract, spec_files
 from shopapi.alerts import AlertWebhook
 from shopapi.api_versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.body_limit import BodyLimitMiddleware
@@ -34,6 +34,7 @@ from shopapi.request_id import RequestIdMiddleware
 from shopapi.resolver import HandlerResolver
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.tokens import AccessTokens
+from shopapi.uri_parsing import ArrayFormsURIParser
 from shopapi.validation import validator_map
 from shopapi.wsgi_bridge import WSGIBridge
 
@@ -58,8 +59,11 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
             f"API_DEFAULT_VERSION {settings.default_api_version} is not served: "
             f"{', '.join(map(str, SPEC_FILES))}"
         )
-    # Each version's contract, with the list language written into it.
+    # Each version's contract, with the list language written into it: served as it is, and
+    # enforced with API keys needing the operations' OAuth scopes.
     api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
+    contract_documents = served_contract.documents(api_specs)
+    api_specs = [security.with_api_key_scopes(spec) for spec in api_specs]
     use(open_database(settings.database_url, settings.database_pool_size))
 
     app = connexion.FlaskApp(
@@ -68,6 +72,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         jsonifier=CompactJsonifier(),
         validator_map=validator_map,
         security_map=security.SECURITY_MAP,
+        uri_parser_class=ArrayFormsURIParser,
     )
     # Flask behind a bridge whose threads match the database pool and that hands each response
     # back in one piece (shopapi/wsgi_bridge.py). FlaskApp offers no option for it: its inner
@@ -79,8 +84,10 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     if settings.metrics_token:
         root_specs.append(_load("metrics.yaml"))
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
+    # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
+    docs_only = SwaggerUIOptions(serve_spec=False)
     served_specs = [
-        *((spec, None) for spec in api_specs),
+        *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),
     ]
     for served_spec, docs in served_specs:
@@ -103,6 +110,11 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
             User.ensure_admin(settings.admin_email, settings.admin_password)
 
     _add_traffic_middleware(app, settings, api_specs, root_specs)
+    app.add_middleware(
+        served_contract.ServedContractMiddleware,
+        position=MiddlewarePosition.BEFORE_SWAGGER,
+        documents=contract_documents,
+    )
     problems.register(app, api_specs)
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.

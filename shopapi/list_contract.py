@@ -121,54 +121,86 @@ def _names_pattern(names, signed: bool) -> str:
     return f"^{key}(?:,{key})*$"
 
 
+def _sort_example(sortable: dict[str, dict]) -> str:
+    """A sort this resource really has: newest first by its first time field, else by id."""
+    times = [name for name, schema in sortable.items() if schema.get("format") == "date-time"]
+    return f"-{times[0]},id" if times else "-id"
+
+
 def list_parameters(properties: dict[str, dict], schemas: dict) -> list[dict]:
+    """The list language's parameters for a resource with these `properties`. No `example`:
+    Swagger UI would fill it in and send it with every "Try it out"; the descriptions show one."""
     sortable = filterable(properties, schemas)
     parameters = [
         _filter_parameter(name, schema, operator)
         for name, schema in sortable.items()
         for operator in operators_for(schema)
     ]
+    shown = ",".join(list(properties)[:2])
     parameters += [
         {
             "name": "sort",
             "in": "query",
             "description": (
-                "Sort keys, comma-separated; `-` sorts a key descending. Ascending `id` breaks "
-                "remaining ties. Missing values sort last ascending and first descending; text "
-                "sorts by code point. Default: `id`."
+                "Sort keys, comma-separated; `-` sorts a key descending (for example "
+                f"`{_sort_example(sortable)}`). Ascending `id` breaks remaining ties. Missing "
+                "values sort last ascending and first descending; text sorts by code point. "
+                "Default: `id`."
             ),
             "schema": {"type": "string", "pattern": _names_pattern(sortable, signed=True)},
-            "example": "-created_at,id",
         },
         {
             "name": "fields",
             "in": "query",
-            "description": "Only these top-level fields of each item, comma-separated.",
-            "schema": {"type": "string", "pattern": _names_pattern(properties, signed=False)},
-            "example": "id,created_at",
-        },
-        {
-            "name": "cursor",
-            "in": "query",
             "description": (
-                "Continue after the last item of a previous page: the `meta.next_cursor` it "
-                "returned. Opaque and signed; valid only with the same filters and sort. Not "
-                "together with `page`."
+                f"Only these top-level fields of each item, comma-separated (for example "
+                f"`{shown}`)."
             ),
-            "schema": {"type": "string", "maxLength": 2048, "pattern": "^[A-Za-z0-9_.-]+$"},
+            "schema": {"type": "string", "pattern": _names_pattern(properties, signed=False)},
         },
+        CURSOR,
     ]
     return parameters
 
 
+CURSOR = {
+    "name": "cursor",
+    "in": "query",
+    "description": (
+        "Continue after the last item of a previous page: the `meta.next_cursor` it returned. "
+        "Opaque and signed; valid only with the same filters and sort. Not together with `page`."
+    ),
+    "schema": {"type": "string", "maxLength": 2048, "pattern": "^[A-Za-z0-9_.-]+$"},
+}
+
+
+def _component_name(resource: str, parameter: dict) -> str:
+    """`ProductFields.price_cents.gte` for `price_cents[gte]`: component names allow no brackets
+    (OpenAPI 3.0.3, 4.8.7.1). The cursor is the same for every list."""
+    if parameter is CURSOR:
+        return "cursor"
+    name, _, operator = parameter["name"].partition("[")
+    return f"{resource}.{name}" + (f".{operator.rstrip(']')}" if operator else "")
+
+
 def expand(spec: dict) -> dict:
-    """A copy of `spec` in which every `x-list-of` operation has the list language's parameters."""
+    """A copy of `spec` in which every `x-list-of` operation refers to the list language's
+    parameters, declared once per listed resource under `components/parameters`."""
     spec = copy.deepcopy(spec)
     schemas = spec["components"]["schemas"]
+    shared = spec["components"].setdefault("parameters", {})
+    references: dict[str, list[dict]] = {}
     for item in spec["paths"].values():
         for operation in item.values():
-            if isinstance(operation, dict) and "x-list-of" in operation:
-                resource = schemas[operation["x-list-of"]]
-                properties = listed_properties(resource, schemas)
-                operation.setdefault("parameters", []).extend(list_parameters(properties, schemas))
+            if not (isinstance(operation, dict) and "x-list-of" in operation):
+                continue
+            resource = operation["x-list-of"]
+            if resource not in references:
+                properties = listed_properties(schemas[resource], schemas)
+                references[resource] = []
+                for parameter in list_parameters(properties, schemas):
+                    name = _component_name(resource, parameter)
+                    shared[name] = copy.deepcopy(parameter)
+                    references[resource].append({"$ref": f"#/components/parameters/{name}"})
+            operation.setdefault("parameters", []).extend(copy.deepcopy(references[resource]))
     return spec

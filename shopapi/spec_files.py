@@ -1,15 +1,11 @@
-"""Loading a spec file that shares parts with another (spec/v2.yaml with spec/openapi.yaml).
+"""Loading a spec file that shares parts with another (spec/v2.yaml with spec/openapi.yaml) as
+one self-contained document: bundled, not dereferenced.
 
-Connexion resolves references within the document it is given, so a spec is loaded with what it
-takes from other files brought in:
-
-- `$ref: 'openapi.yaml#/components/schemas/UserFields'` means what JSON Reference says: that
-  file's component. It becomes a component of the same name here (the served spec, its docs and
-  its validation show it once, by name), with whatever it refers to in turn. Where this spec has
-  a different component of that name, loading fails: the name would mean two things.
-- `x-operations-of: 'openapi.yaml#/paths/~1products'` on a path item means "the operations of
-  that path item, read in this spec": their references name *this* spec's components. That is
-  how a version repeats another's operations while changing only the representations.
+`$ref: 'openapi.yaml#/components/schemas/UserFields'` means what JSON Reference says: that
+file's component. It becomes a component of the same name here (the served spec, its docs and
+its validation show it once, by name), with whatever it refers to in turn. Where this spec has a
+different component of that name, loading fails: the name would mean two things. A reference to
+anything else (a path item) is brought in in place.
 """
 
 import copy
@@ -55,10 +51,6 @@ class _Bundle:
                     local = self._reference(entry["$ref"], source=None)
                     if local["$ref"] != f"#/components/{kind}/{name}":
                         self.components[kind][name] = local
-        for template, item in spec.get("paths", {}).items():
-            if "x-operations-of" in item:
-                file, _, pointer = item.pop("x-operations-of").partition("#")
-                spec["paths"][template] = {**self._target(file, pointer), **item}
         for key in spec:
             if key != "components":
                 spec[key] = self._walk(spec[key], source=None)

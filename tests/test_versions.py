@@ -37,7 +37,41 @@ def test_each_version_has_its_contract_and_docs(anonymous):
     v2 = anonymous.get("/v2/openapi.json").json()
     product = v2["components"]["schemas"]["ProductFields"]["properties"]
     assert "price" in product and "price_cents" not in product and "currency" not in product
-    assert "price.amount[gte]" in {p["name"] for p in v2["paths"]["/products"]["get"]["parameters"]}
+    filters = v2["paths"]["/products"]["get"]["parameters"]
+    assert {"$ref": "#/components/parameters/ProductFields.price.amount.gte"} in filters
+    assert v2["components"]["parameters"]["ProductFields.price.amount.gte"]["name"] == (
+        "price.amount[gte]"
+    )
+
+
+def _shape(contract: dict, operation: dict) -> dict:
+    """What a client of an operation relies on besides the representations: its parameters (by
+    name and place; not the list language's filters, which follow the representation),
+    statuses and security."""
+    parameters = []
+    for parameter in operation.get("parameters", []):
+        if "Fields." in parameter.get("$ref", ""):
+            continue
+        if "$ref" in parameter:
+            parameter = contract["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        parameters.append((parameter["in"], parameter["name"]))
+    return {
+        "parameters": sorted(parameters),
+        "statuses": sorted(operation["responses"]),
+        "security": operation.get("security", contract["security"]),
+    }
+
+
+def test_v2_serves_every_v1_operation_with_the_same_parameters_statuses_and_security(anonymous):
+    """spec/v2.yaml writes out the operations whose bodies carry money; they must not drift from
+    v1's, whose clients move to v2 by changing the representations only."""
+    v1, v2 = (anonymous.get(f"/v{n}/openapi.json").json() for n in (1, 2))
+    for path, item in v1["paths"].items():
+        for method, operation in item.items():
+            if isinstance(operation, dict) and "operationId" in operation:
+                where = f"{method} {path}"
+                assert v2["paths"][path][method]["operationId"] == operation["operationId"], where
+                assert _shape(v2, v2["paths"][path][method]) == _shape(v1, operation), where
 
 
 def test_one_product_in_both_representations(client):
