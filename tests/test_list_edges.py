@@ -157,3 +157,22 @@ def test_a_single_valued_parameter_given_twice_is_refused(client):
     assert body["errors"] == [{"parameter": "description", "detail": "is given more than once"}]
     assert_problem(client.get("/v1/products?page=1&page=2"), 400)
     assert client.get("/v1/products?sku[in]=A,B").status_code == 200
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_in_filter_takes_a_comma_list_or_repeated_keys_alike(client, version):
+    """Generated clients send an array parameter as repeated keys (`sku[in]=A&sku[in]=B`);
+    every value counts, as in the comma list the contract describes."""
+    a, b, c = (create_product(client, sku=f"IN-{n}") for n in "ABC")
+    base = f"/v{version}/products"
+    both = [a["id"], b["id"]]
+    assert ids(client.get(f"{base}?sku[in]=IN-A,IN-B")) == both
+    assert ids(client.get(f"{base}?sku[in]=IN-A&sku[in]=IN-B")) == both
+    assert ids(client.get(f"{base}?sku[in]=IN-A,IN-B&sku[in]=IN-C")) == [*both, c["id"]]
+    assert ids(client.get(f"{base}?id[in]={a['id']}&id[in]={c['id']}")) == [a["id"], c["id"]]
+    user = create_user(client)
+    paid, pending = (place_order(client, user, (a, 1)).json() for _ in range(2))
+    client.patch(f"/v{version}/orders/{paid['id']}", json={"status": "paid"})
+    statuses = "status[in]=paid&status[in]=cancelled"
+    assert ids(client.get(f"/v{version}/orders?{statuses}")) == [paid["id"]]
+    assert pending["id"] not in ids(client.get(f"/v{version}/orders?{statuses}"))
