@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install run serve serve-prod worker migrate seed test lint bench bench-depth profile clean \
-	contract-snapshot
+	contract-snapshot contract-tools
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -21,6 +21,15 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+# The pinned Node tools that `make lint` and tests/test_contract_tools.py hold the contract to
+# (Redocly, Spectral, openapi-typescript, tsc); installed again when package-lock.json changes.
+CONTRACT_TOOLS := tests/contract_tools
+$(CONTRACT_TOOLS)/node_modules/.installed: $(CONTRACT_TOOLS)/package-lock.json
+	cd $(CONTRACT_TOOLS) && npm ci --no-audit --no-fund
+	touch $@
+
+contract-tools: $(CONTRACT_TOOLS)/node_modules/.installed
 
 migrate: install
 	$(BIN)/python -m models.migrations
@@ -49,7 +58,7 @@ worker: install
 	$(BIN)/python -m shopapi.worker
 
 # A worker per core; worksteal keeps both busy to the end (a contract-fuzzing run takes minutes).
-test: install
+test: install contract-tools
 	$(BIN)/python -m pytest -n auto --dist worksteal $(PYTEST_ARGS)
 
 # After an intended, compatible change to the v1 contract: make it the new baseline that
@@ -74,10 +83,14 @@ profile: install
 bench-depth: install
 	$(BIN)/python bench/list_depth.py
 
-lint: install
+lint: install contract-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/well-known.yaml
+	REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(CONTRACT_TOOLS)/node_modules/.bin/redocly lint \
+	  spec/openapi.yaml spec/v2.yaml spec/well-known.yaml spec/metrics.yaml
+	$(CONTRACT_TOOLS)/node_modules/.bin/spectral lint --fail-severity=warn \
+	  spec/openapi.yaml spec/v2.yaml spec/well-known.yaml spec/metrics.yaml
 
 clean:
 	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis

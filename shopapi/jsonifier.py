@@ -1,5 +1,5 @@
 """Compact JSON with orjson. Connexion's default jsonifier pretty-prints (indent=2): bigger
-bodies and about a third more CPU per request (see STACK-NOTES)."""
+bodies and about a third more CPU per request."""
 
 import json
 

@@ -4,7 +4,7 @@ worker).
 
 prometheus-flask-exporter is not used: it sees only what reaches Flask, so it misses the
 responses Connexion's middleware gives itself (400, 401, 403, 405, preflights) and labels a 404
-as a 500 (see STACK-NOTES). shopapi.observability records every response from outside all of
+as a 500. shopapi.observability records every response from outside all of
 Connexion's layers instead.
 """
 

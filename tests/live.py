@@ -13,6 +13,7 @@ import httpx
 from helpers import JWT_SECRET, RATE_LIMIT_SCALE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+STARTUP_DEADLINE_SECONDS = 120
 
 
 def free_port() -> int:
@@ -50,10 +51,12 @@ def live_server(database_url: str, **env):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        # Generous: on a busy machine a cold start (imports, contract, database) takes many
+        # seconds; a healthy one answers at once.
+        deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
         while True:
             try:
-                httpx.get(f"{base}/v1/openapi.json", timeout=1)
+                httpx.get(f"{base}/v1/openapi.json", timeout=10)
                 break
             except httpx.TransportError:
                 if process.poll() is not None or time.monotonic() > deadline:

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 from helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
-from live import ROOT, free_port
+from live import ROOT, STARTUP_DEADLINE_SECONDS, free_port
 from metrics_text import sample_sum
 
 pytestmark = pytest.mark.slow
@@ -22,10 +22,10 @@ REQUESTS = 40
 
 
 def _wait_until_up(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
     while True:
         try:
-            httpx.get(url, timeout=1)
+            httpx.get(url, timeout=10)
             return
         except httpx.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:

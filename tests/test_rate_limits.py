@@ -206,7 +206,7 @@ def test_without_redis_requests_are_served_and_limits_resume_when_it_returns(app
             assert _metric(base, "rate_limit_storage_errors_total") >= errors_before + 3
 
             proxy.start()  # the same port again
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while True:
                 response = httpx.get(f"{base}/v1/products", headers=headers)
                 if response.status_code == 429 or time.monotonic() > deadline:
