@@ -211,7 +211,7 @@ def tag() -> str:
 
 def create_product(client: GeneratedClient, api, **fields):
     response = client.operation("products", "create_product").sync_detailed(
-        client=api, body=client.models.ProductFields(**fields)
+        client=api, body=client.models.ProductInput(**fields)
     )
     return expect(response, HTTPStatus.CREATED)
 
@@ -219,7 +219,7 @@ def create_product(client: GeneratedClient, api, **fields):
 def create_user(client: GeneratedClient, api, marker: str):
     response = client.operation("users", "create_user").sync_detailed(
         client=api,
-        body=client.models.UserFields(
+        body=client.models.UserInput(
             email=f"{marker.lower()}@example.com", name=f"User {marker}", password="correct horse"
         ),
     )
@@ -339,7 +339,7 @@ def test_v1_errors_parse_as_problems(v1):
     marker = tag()
     create_product(client, api, sku=f"{marker}-1", name=marker, price_cents=1)
     response = client.operation("products", "create_product").sync_detailed(
-        client=api, body=models.ProductFields(sku=f"{marker}-1", name="Again", price_cents=1)
+        client=api, body=models.ProductInput(sku=f"{marker}-1", name="Again", price_cents=1)
     )
     expect_problem(client, response, HTTPStatus.CONFLICT)  # the SKU is taken
 
@@ -360,7 +360,7 @@ def test_v2_writes_and_reads_money(v2):
     marker = tag()
     response = client.operation("products", "create_product").sync_detailed(
         client=api,
-        body=models.ProductFields(
+        body=models.ProductInput(
             sku=f"{marker}-1",
             name=f"Mug {marker}",
             price=models.Money(amount="12.50", currency="EUR"),
