@@ -81,8 +81,12 @@ class _Resolver:
 
 
 def _operations(spec: dict) -> dict:
+    """Each operation, with the parameters its path item declares for all its operations."""
     return {
-        (method.upper(), path): operation
+        (method.upper(), path): {
+            **operation,
+            "parameters": [*item.get("parameters", []), *operation.get("parameters", [])],
+        }
         for path, item in spec["paths"].items()
         for method, operation in item.items()
         if method in METHODS

@@ -1,10 +1,18 @@
 """The Swagger UI at /v1/ui/ works for a person in a real browser (headless Chromium): they can
 authorise with the password flow or an API key, as the page's description tells them to, and
-"Try it out" reaches the live API, with the answer shown in the page."""
+"Try it out" reaches the live API, with the answer shown in the page. Every list, and replacing or
+changing a product, works with the values Swagger UI fills in from the contract's examples: a
+reader tries an operation before reading its parameters."""
 
+from __future__ import annotations
+
+import dataclasses
 import json
 import os
+import re
 import shutil
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -14,6 +22,8 @@ try:
     from playwright.sync_api import expect, sync_playwright
 except ImportError:  # reported by the `browser` fixture, which knows whether this is CI
     sync_playwright = None
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page, Request
 
 pytestmark = pytest.mark.slow
 
@@ -177,3 +187,287 @@ def test_a_partner_authorises_with_an_api_key(app, database_url, page):
         close_dialog(page, dialog)
 
         expect(try_it_out(page, "list_products")).to_have_text("200")
+
+
+# A docs reader's "Try it out": every list, and replacing or changing a product, run with the
+# values Swagger UI fills in from the contract's examples. The tests share one live server (with
+# its seeded rows), one browser page and one login, so they come last: the `app` fixture of the
+# tests above empties the database, and would take the rows from under them.
+
+# Headers that make a request conditional or replayable: a value Swagger UI fills in for one is
+# sent with every "Try it out" (a stale If-Match is a 412, If-None-Match a 304 with no body, a
+# fixed Idempotency-Key replays someone else's answer).
+UNASKED_HEADERS = ("if-match", "if-none-match", "idempotency-key")
+# The lists of v1, as test_list_operations_tried_are_the_contracts checks against the served
+# contract: named here so that each one passes or fails on its own.
+LIST_PATHS = (
+    "/users",
+    "/users/{id}/orders",
+    "/products",
+    "/orders",
+    "/oauth/clients",
+    "/api-keys",
+    "/events",
+    "/webhooks",
+    "/webhooks/{webhook_id}/deliveries",
+)
+# The browser's own headers, left out of failure messages.
+BROWSER_HEADERS = ("user-agent", "referer", "sec-", "accept-encoding", "accept-language")
+
+
+@dataclasses.dataclass
+class DocsReader:
+    """A signed-in docs page on a live server holding one of everything, and what it sent."""
+
+    page: Page
+    contract: dict  # as served at /v1/openapi.json
+    api: httpx.Client  # an admin's, for what the API answers outside the page
+    path_ids: dict[str, dict[str, int]]  # path -> the seeded ids its path parameters take
+    sent: list[Request]  # every request the page made, in order
+
+
+def _seed(api: httpx.Client) -> dict[str, dict[str, int]]:
+    """One of everything, so that no list is empty (an empty list would hide a pre-filled filter
+    that matches nothing): a webhook, a product (and its `product.created` event), a customer
+    with an order, an OAuth client, an API key and a delivery of the event. Returns the ids the
+    path parameters take."""
+
+    def created(response: httpx.Response) -> dict:
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    # 127.0.0.1 takes a webhook only with WEBHOOK_ALLOW_PRIVATE; nothing is delivered to it, as
+    # the live server runs no worker.
+    hook = {"url": "http://127.0.0.1:9/shopapi-hook", "events": ["product.created"]}
+    webhook = created(api.post("/webhooks", json=hook))
+    product = created(
+        api.post(
+            "/products",
+            json={"sku": "UI-READER-1", "name": "Docs reader's", "price_cents": 990, "stock": 5},
+        )
+    )
+    customer = created(
+        api.post(
+            "/users",
+            json={"email": "ui-reader@example.com", "name": "Reader", "password": "correct horse"},
+        )
+    )
+    order = {"user_id": customer["id"], "items": [{"product_id": product["id"], "quantity": 1}]}
+    created(api.post("/orders", json=order))
+    created(api.post("/oauth/clients", json={"name": "Reader's", "scopes": ["products:read"]}))
+    created(api.post("/api-keys", json={"name": "Reader's", "scopes": ["products:read"]}))
+    events = api.get("/events", params={"type": "product.created", "per_page": 100})
+    assert events.status_code == 200, events.text
+    [event] = [e for e in events.json()["data"] if e["resource_id"] == product["id"]]
+    created(api.post(f"/webhooks/{webhook['id']}/deliveries", json={"event_id": event["id"]}))
+    return {
+        "/users/{id}/orders": {"id": customer["id"]},
+        "/webhooks/{webhook_id}/deliveries": {"webhook_id": webhook["id"]},
+        "/products/{id}": {"id": product["id"]},
+    }
+
+
+@pytest.fixture(scope="module")
+def reader(browser, database_url):
+    with (
+        live_server(database_url, WEBHOOK_ALLOW_PRIVATE="1", **ADMIN) as base,
+        httpx.Client(
+            base_url=f"{base}/v1", headers={"Authorization": f"Bearer {admin_token(base)}"}
+        ) as api,
+    ):
+        path_ids = _seed(api)
+        contract = api.get("/openapi.json").json()
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        sent = []
+        # A function of Python's own, such as `sent.append`, is no handler to playwright.
+        page.on("request", lambda request: sent.append(request))
+        authorise_with_password(page, base)
+        yield DocsReader(page, contract, api, path_ids, sent)
+        context.close()
+
+
+def _follow(contract: dict, node: dict) -> dict:
+    """`node` with its internal `$ref`s followed."""
+    while "$ref" in node:
+        target = contract
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        node = target
+    return node
+
+
+def _property_names(contract: dict, schema: dict) -> set[str]:
+    schema = _follow(contract, schema)
+    names = set(schema.get("properties", {}))
+    for part in schema.get("allOf", []):
+        names |= _property_names(contract, part)
+    return names
+
+
+def list_operations(contract: dict) -> list[str]:
+    """The paths whose GET a reader runs without choosing a resource first: every GET of a path
+    with no path parameter, and the lists below a resource (their 200 body has `data` and
+    `meta`, or they take `per_page`)."""
+    paths = []
+    for path, item in contract["paths"].items():
+        operation = item.get("get")
+        if operation is None:
+            continue
+        parameters = item.get("parameters", []) + operation.get("parameters", [])
+        takes_per_page = any(_follow(contract, p)["name"] == "per_page" for p in parameters)
+        ok = _follow(contract, operation["responses"].get("200", {}))
+        body = ok.get("content", {}).get("application/json", {}).get("schema", {})
+        is_a_page = {"data", "meta"} <= _property_names(contract, body)
+        if "{" not in path or takes_per_page or is_a_page:
+            paths.append(path)
+    return paths
+
+
+def _values(fields: Locator) -> list[list[str]]:
+    """Fields that hold a value, each as [in, name, value, why Swagger UI refuses it]; the request
+    body's is in "body"."""
+    return fields.evaluate_all(
+        """fields => fields.filter(field => field.value).map(field => {
+            const row = field.closest("tr[data-param-name]")
+            return [row?.dataset.paramIn ?? "body", row?.dataset.paramName ?? "", field.value,
+                    field.title]
+        })"""
+    )
+
+
+def _panel(reader: DocsReader, method: str, path: str) -> Locator:
+    """The operation's panel in the page. Swagger UI shows an operation under each of its tags;
+    the first will do."""
+    definition = reader.contract["paths"][path][method.lower()]
+    operation_id = f"operations-{definition['tags'][0]}-{definition['operationId']}"
+    return reader.page.locator(f'[id="{operation_id}"]')
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """What one "Try it out" sent, and what the page showed of the answer."""
+
+    request: Request
+    shown_status: str
+    shown_body: str | None  # the response body's text, when the page shows one
+
+    def problems(self) -> list[str]:
+        """What is wrong: an answer other than 2xx, or a header only its sender should choose."""
+        problems = []
+        if not re.fullmatch(r"2\d\d", self.shown_status):
+            problems.append(f"the page shows {self.shown_status}, not 2xx")
+        headers = self.request.all_headers()
+        if unasked := {name: headers[name] for name in UNASKED_HEADERS if name in headers}:
+            problems.append(f"pre-filled headers were sent: {unasked}")
+        return problems
+
+    def report(self) -> str:
+        """The request and its answer, as a failure message shows them: what the contract's
+        examples put into the request is what needs fixing."""
+        headers = {
+            name: "Bearer …" if name == "authorization" else value
+            for name, value in self.request.all_headers().items()
+            if not name.startswith(BROWSER_HEADERS)
+        }
+        lines = [f"{self.request.method} {self.request.url}", f"headers: {headers}"]
+        if self.request.post_data:
+            lines.append(f"body: {self.request.post_data}")
+        response = self.request.response()
+        if response is not None:
+            lines.append(f"answer: {response.status} {response.text()}")
+        return "\n".join(lines)
+
+
+def run_as_prefilled(reader: DocsReader, method: str, path: str) -> Execution:
+    """Open the operation, "Try it out", fill in only the path parameters (with seeded ids: a
+    reader picks the resource) and Execute. Every other field, the request body included, stays
+    as Swagger UI filled it. The operation is closed again: Swagger UI slows to a crawl with
+    several lists' ~80 parameter fields open at once."""
+    operation = _panel(reader, method, path)
+    operation.locator(".opblock-summary").click()
+    try:
+        return _execute(reader, operation, method, path)
+    finally:
+        operation.locator(".opblock-summary").click()
+        expect(operation.locator(".opblock-body")).to_have_count(0)
+
+
+def _execute(reader: DocsReader, operation: Locator, method: str, path: str) -> Execution:
+    operation.get_by_role("button", name="Try it out").click()
+    expect(operation.get_by_role("button", name="Execute")).to_be_visible()
+    ids = reader.path_ids.get(path, {})
+    for name, value in ids.items():
+        field = operation.locator(f'tr[data-param-name="{name}"][data-param-in="path"] input')
+        # Swagger UI leaves out a path-level parameter when the operation has one of the same
+        # name, whatever its `in` (once `$ref`s are resolved): the `id` filter of
+        # /users/{id}/orders would hide the `id` of its path, leaving nowhere to type the id.
+        same_name = operation.locator(f'tr[data-param-name="{name}"]')
+        assert field.count() == 1, (
+            f"{method} {path} has no field for the path parameter {name!r}, only for "
+            f"{same_name.evaluate_all('rows => rows.map(row => row.dataset.paramIn)')} ones"
+        )
+        field.fill(str(value))
+        expect(field).to_have_value(str(value))
+
+    already_sent = len(reader.sent)
+    operation.get_by_role("button", name="Execute").click()
+    answer = operation.locator(".live-responses-table tbody")
+    status = answer.locator(".response-col_status")
+    # Swagger UI sends nothing when a filled-in value breaks its parameter's schema: it marks the
+    # field instead.
+    refused = operation.locator("input.invalid, select.invalid, textarea.invalid")
+    expect(status.or_(refused).first).to_be_visible()
+    assert status.count() == 1, (
+        f"Swagger UI sent no {method} {path}: it refused the fields (in, name, value, why) "
+        f"{_values(refused)}; filled in: {_values(operation.locator('tr[data-param-name] input'))}"
+    )
+
+    expected_path = "/v1" + path.format(**ids)
+    sent = reader.sent[already_sent:]
+    matching = [r for r in sent if r.method == method and urlsplit(r.url).path == expected_path]
+    assert len(matching) == 1, (
+        f"the page was to send one {method} {expected_path}; it sent "
+        f"{[f'{r.method} {r.url}' for r in sent]}"
+    )
+    [request] = matching
+    body = answer.locator(".response-col_description .highlight-code pre")
+    return Execution(
+        request, status.inner_text().strip(), body.inner_text() if body.count() else None
+    )
+
+
+def test_list_operations_tried_are_the_contracts(reader):
+    """A list added to the contract must be tried too (with an id seeded for its path)."""
+    assert sorted(list_operations(reader.contract)) == sorted(LIST_PATHS)
+
+
+@pytest.mark.parametrize("path", LIST_PATHS, ids=[f"GET {path}" for path in LIST_PATHS])
+def test_a_reader_lists_with_the_values_swagger_ui_fills_in(reader, path):
+    """Every list answers its pre-filled "Try it out" with the whole of what there is: examples
+    of filters, `sort`, `fields`, `page` or conditional headers are sent as they are, and one
+    that names another resource's field (refused by Swagger UI or answered 400), matches nothing
+    or strips the items would leave a reader with an error or an empty or cut-down page."""
+    if "{" in path:
+        assert path in reader.path_ids, f"no seeded id for the path parameters of {path}"
+    execution = run_as_prefilled(reader, "GET", path)
+    problems = execution.problems()
+    if execution.shown_status == "200":
+        everything = reader.api.get(path.format(**reader.path_ids.get(path, {})))
+        assert everything.status_code == 200, everything.text
+        assert everything.json()["data"], f"the seed left {path} empty"
+        shown = json.loads(execution.shown_body or "{}").get("data")
+        if not shown:
+            problems.append("the page shows no items, though there are some")
+        elif missing := set().union(*everything.json()["data"]) - set().union(*shown):
+            problems.append(f"the items shown lack {sorted(missing)}")
+    assert not problems, "; ".join(problems) + "\n" + execution.report()
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_a_reader_changes_a_product_with_the_values_swagger_ui_fills_in(reader, method):
+    """Replacing or changing an existing product works with only its id typed in: the example
+    body is a valid product, and no example If-Match (which never matches, so 412) is sent."""
+    execution = run_as_prefilled(reader, method, "/products/{id}")
+    assert not execution.problems(), "; ".join(execution.problems()) + "\n" + execution.report()
