@@ -9,6 +9,7 @@ import httpx
 import jsonschema
 import pytest
 import yaml
+from helpers import follow_ref
 from live import ROOT, live_server
 from openapi_spec_validator import validate
 
@@ -27,20 +28,10 @@ def _operations(contract: dict) -> dict[str, tuple[str, str, dict]]:
     }
 
 
-def _follow(contract: dict, node: dict) -> dict:
-    """`node` with its internal `$ref`s followed."""
-    while "$ref" in node:
-        target = contract
-        for part in node["$ref"].removeprefix("#/").split("/"):
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        node = target
-    return node
-
-
 def _parameters(contract: dict, path: str, method: str) -> list[dict]:
     item = contract["paths"][path]
     declared = [*item.get("parameters", []), *item[method].get("parameters", [])]
-    return [_follow(contract, parameter) for parameter in declared]
+    return [follow_ref(contract, parameter) for parameter in declared]
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -137,7 +128,7 @@ def test_no_example_is_harmful_or_invalid_when_swagger_ui_sends_it(anonymous, ve
             ):
                 assert example is None, where
             elif example is not None:
-                jsonschema.validate(example, _follow(contract, parameter["schema"]))
+                jsonschema.validate(example, follow_ref(contract, parameter["schema"]))
 
 
 def test_the_hand_written_v2_contract_shows_every_operation_to_standard_tools():

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from helpers import follow_ref
 from live import live_server
 
 try:
@@ -288,18 +289,8 @@ def reader(browser, database_url):
         context.close()
 
 
-def _follow(contract: dict, node: dict) -> dict:
-    """`node` with its internal `$ref`s followed."""
-    while "$ref" in node:
-        target = contract
-        for part in node["$ref"].removeprefix("#/").split("/"):
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        node = target
-    return node
-
-
 def _property_names(contract: dict, schema: dict) -> set[str]:
-    schema = _follow(contract, schema)
+    schema = follow_ref(contract, schema)
     names = set(schema.get("properties", {}))
     for part in schema.get("allOf", []):
         names |= _property_names(contract, part)
@@ -316,8 +307,8 @@ def list_operations(contract: dict) -> list[str]:
         if operation is None:
             continue
         parameters = item.get("parameters", []) + operation.get("parameters", [])
-        takes_per_page = any(_follow(contract, p)["name"] == "per_page" for p in parameters)
-        ok = _follow(contract, operation["responses"].get("200", {}))
+        takes_per_page = any(follow_ref(contract, p)["name"] == "per_page" for p in parameters)
+        ok = follow_ref(contract, operation["responses"].get("200", {}))
         body = ok.get("content", {}).get("application/json", {}).get("schema", {})
         is_a_page = {"data", "meta"} <= _property_names(contract, body)
         if "{" not in path or takes_per_page or is_a_page:
