@@ -7,7 +7,14 @@ import email.utils
 import re
 
 import pytest
-from helpers import assert_problem, bearer, create_product, create_user, place_order
+from helpers import (
+    assert_problem,
+    bearer,
+    create_product,
+    create_user,
+    follow_ref,
+    place_order,
+)
 
 from shopapi.money import MAX_MINOR_UNITS, amount, exponent
 from shopapi.settings import ConfigurationError
@@ -44,17 +51,13 @@ def test_each_version_has_its_contract_and_docs(anonymous):
     )
 
 
-def _shape(contract: dict, operation: dict) -> dict:
-    """What a client of an operation relies on besides the representations: its parameters (by
-    name and place; not the list language's filters, which follow the representation),
-    statuses and security."""
-    parameters = []
-    for parameter in operation.get("parameters", []):
-        if "Fields." in parameter.get("$ref", ""):
-            continue
-        if "$ref" in parameter:
-            parameter = contract["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
-        parameters.append((parameter["in"], parameter["name"]))
+def _shape(contract: dict, item: dict, operation: dict) -> dict:
+    """What a client of an operation relies on besides the representations: its parameters,
+    its path item's included (by name and place; not the list language's filters, which follow
+    the representation), statuses and security."""
+    declared = [*item.get("parameters", []), *operation.get("parameters", [])]
+    shared = [follow_ref(contract, p) for p in declared if "Fields." not in p.get("$ref", "")]
+    parameters = [(parameter["in"], parameter["name"]) for parameter in shared]
     return {
         "parameters": sorted(parameters),
         "statuses": sorted(operation["responses"]),
@@ -71,7 +74,8 @@ def test_v2_serves_every_v1_operation_with_the_same_parameters_statuses_and_secu
             if isinstance(operation, dict) and "operationId" in operation:
                 where = f"{method} {path}"
                 assert v2["paths"][path][method]["operationId"] == operation["operationId"], where
-                assert _shape(v2, v2["paths"][path][method]) == _shape(v1, operation), where
+                ours = v2["paths"][path]
+                assert _shape(v2, ours, ours[method]) == _shape(v1, item, operation), where
 
 
 def test_one_product_in_both_representations(client):
