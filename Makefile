@@ -3,14 +3,20 @@
 PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# The first admin, created at start-up if absent (demo values; set your own). Given to the
-# server and its set-up steps, not to the servers the tests start.
-ADMIN_EMAIL ?= admin@example.com
-ADMIN_PASSWORD ?= admin-pass
+# Nothing else needs setting: unset DATABASE_URL is the demo database (data/shopapi.db), which
+# `make seed` fills with demo data and demo accounts whose passwords the README publishes. Name a
+# database of your own (DATABASE_URL) and your admin (ADMIN_EMAIL, ADMIN_PASSWORD; created at
+# start-up if absent) and nothing with a published password is created there, unless asked
+# for: `make seed-demo` (SEED_DEMO=1). See models/demo.py.
+# The proxies whose X-Forwarded-For the app believes (FORWARDED_ALLOW_IPS; none by default):
+# the app reads it itself (shopapi/clients.py), so uvicorn's reading, which would believe any
+# local peer, is off. shopapi.http_server limits a request's head (32 KiB, 100 fields, 10 s),
+# which uvicorn's own protocol does not; idle kept-alive connections close after 5 s.
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod worker migrate seed test lint bench bench-depth profile clean \
+.PHONY: install run serve serve-prod worker migrate seed seed-demo test lint bench bench-depth \
+	profile clean \
 	contract-snapshot contract-tools
 
 # The virtualenv is rebuilt when the dependencies in setup.cfg change.
@@ -37,16 +43,20 @@ migrate: install
 seed: migrate
 	$(BIN)/python -m models.seed
 
+# The demo data and accounts in whatever database DATABASE_URL names (a test or staging one).
+seed-demo: migrate
+	SEED_DEMO=1 $(BIN)/python -m models.seed
+
 run: seed serve
 
-migrate seed serve serve-prod: export ADMIN_EMAIL := $(ADMIN_EMAIL)
-migrate seed serve serve-prod: export ADMIN_PASSWORD := $(ADMIN_PASSWORD)
 serve: install
 	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
 	@echo "A token: curl -s http://$(HOST):$(PORT)/v1/oauth/token -d grant_type=password \\"
-	@echo "           --data-urlencode username=$(ADMIN_EMAIL) --data-urlencode password=<ADMIN_PASSWORD>"
-	@echo "  (demo password: admin-pass. In the docs, Authorize under oauth2 (password).)"
-	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log
+	@echo "           --data-urlencode username=<email> --data-urlencode password=<password>"
+	@echo "  ($(if $(ADMIN_EMAIL),your admin $(ADMIN_EMAIL),in the demo database admin@example.com / admin-pass)."
+	@echo "   In the docs, Authorize under oauth2 (password).)"
+	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log \
+	  --no-proxy-headers --http shopapi.http_server:HttpProtocol --timeout-keep-alive 5
 
 # gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
 serve-prod: install

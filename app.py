@@ -10,20 +10,24 @@ import connexion
 from connexion.middleware import MiddlewarePosition
 from connexion.options import SwaggerUIOptions
 
-from models import User
+from models import User, demo
 from models.db import close_connection, database, open_database, use
 from shopapi import logs, problems, security, served_contract, spec_files
 from shopapi.alerts import AlertWebhook
 from shopapi.api_versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.body_limit import BodyLimitMiddleware
+from shopapi.clients import ForwardedHeadersMiddleware, TrustedProxies
 from shopapi.cors import Cors
 from shopapi.deprecation import DeprecationMiddleware
+from shopapi.exact_paths import exact_routing, no_merge_slashes
 from shopapi.idempotency import IdempotencyMiddleware
 from shopapi.jsonifier import CompactJsonifier
 from shopapi.list_contract import expand
+from shopapi.media_types import MediaTypeMiddleware
 from shopapi.observability import ObservabilityMiddleware
 from shopapi.operations import Operations, operations_of
 from shopapi.rate_limits import (
+    AttemptLimitMiddleware,
     FailedAuthMiddleware,
     LimitCounter,
     RateLimitHeadersMiddleware,
@@ -74,6 +78,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         security_map=security.SECURITY_MAP,
         uri_parser_class=ArrayFormsURIParser,
     )
+    no_merge_slashes(app)
     # Flask behind a bridge whose threads match the database pool and that hands each response
     # back in one piece (shopapi/wsgi_bridge.py). FlaskApp offers no option for it: its inner
     # app is the place.
@@ -108,6 +113,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     if settings.admin_email:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)
+    demo.warn_of_published_passwords(settings)
 
     _add_traffic_middleware(app, settings, api_specs, root_specs)
     app.add_middleware(
@@ -116,6 +122,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         documents=contract_documents,
     )
     problems.register(app, api_specs)
+    exact_routing(app)  # last: it replaces the Connexion middleware add_middleware looks for
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
@@ -126,16 +133,26 @@ def _add_traffic_middleware(
     app: connexion.FlaskApp, settings: Settings, api_specs: list[dict], root_specs: list[dict]
 ):
     """Outside Connexion's exception handling, so that every response passes through them (an
-    error, a preflight, a 429): the request id, the measurements, the rate-limit headers, CORS,
-    the version (which gives an unversioned path its version before routing) and the
-    deprecation headers. Then, once the operation is known, the body limit and the count of
-    refused credentials before the security checks, and the client's rate limit after them;
-    last, once the request is valid, Idempotency-Key replays, just outside the handler."""
+    error, a preflight, a 429): the client's address behind a trusted proxy, the request id,
+    the measurements, the rate-limit headers, CORS, the version (which gives an unversioned path
+    its version before routing) and the deprecation headers. Then, once the operation is known,
+    the body limit and the count of refused credentials before the security checks, and the
+    client's rate limit after them (and the way to the per-account attempt limits, for the
+    handlers that count attempts), then the body's media type read as RFC 9110 reads it, for
+    the request validation; last, once the request is valid, Idempotency-Key replays, just
+    outside the handler."""
     operations = Operations([*api_specs, *root_specs])
     api_spec = api_specs[0]
     counter = LimitCounter(settings.rate_limit_storage_uri)
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
 
+    if settings.forwarded_allow_ips:
+        # First: every layer after it sees the client's address, not the proxy's.
+        app.add_middleware(
+            ForwardedHeadersMiddleware,
+            position=MiddlewarePosition.BEFORE_EXCEPTION,
+            proxies=TrustedProxies(settings.forwarded_allow_ips),
+        )
     app.add_middleware(RequestIdMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
     app.add_middleware(
         ObservabilityMiddleware,
@@ -182,6 +199,16 @@ def _add_traffic_middleware(
         counter=counter,
         operations=operations,
         scale=settings.rate_limit_scale,
+    )
+    app.add_middleware(
+        AttemptLimitMiddleware,
+        position=MiddlewarePosition.BEFORE_VALIDATION,
+        counter=counter,
+        operations=operations,
+        scale=settings.rate_limit_scale,
+    )
+    app.add_middleware(
+        MediaTypeMiddleware, position=MiddlewarePosition.BEFORE_VALIDATION, operations=operations
     )
     app.add_middleware(
         IdempotencyMiddleware,

@@ -1,8 +1,12 @@
 """The event feed: what changed, for clients catching up (see models/event.py).
 
 A caller sees the events of what it may read: product events with `products:read`, order and
-user events with `orders:read` / `users:read`, its own only unless it has `admin`.
+user events with `orders:read` / `users:read`, its own only unless it has `admin`. Only an admin
+sees who acted (`actor_subject`, `actor_user_id`), and only an admin may filter or sort by it:
+anyone else could otherwise learn it by asking which events match.
 """
+
+from connexion.exceptions import Forbidden
 
 from models import Event
 from shopapi.event_payloads import event_payload
@@ -11,10 +15,7 @@ from shopapi.representations import current_version
 from shopapi.security import current_principal
 
 _READ_SCOPES = {"product": "products:read", "order": "orders:read", "user": "users:read"}
-
-
-def represent(event: Event) -> dict:
-    return event_payload(event, current_version())
+_ACTOR_FIELDS = ("actor_subject", "actor_user_id")
 
 
 def _visible():
@@ -24,9 +25,30 @@ def _visible():
     return Event.select().where(seen)
 
 
+def _represent():
+    version, shows_actor = current_version(), current_principal().is_admin
+    return lambda event: event_payload(event, version, shows_actor=shows_actor)
+
+
+def _actor_parameter(params: dict) -> str | None:
+    """The first parameter of the request that filters or sorts by who acted, if any."""
+    for argument in sorted(params):
+        # Connexion hands `actor_user_id[gt]` over as `actor_user_id_gt`.
+        for field in _ACTOR_FIELDS:
+            if argument == field:
+                return field
+            if argument.startswith(f"{field}_"):
+                return f"{field}[{argument.removeprefix(f'{field}_')}]"
+    keys = (params.get("sort") or "").split(",")
+    return "sort" if any(key.lstrip("-") in _ACTOR_FIELDS for key in keys) else None
+
+
 def list_events(**params):
-    return list_response(Event, _visible(), params, represent)
+    parameter = _actor_parameter(params)
+    if parameter is not None and not current_principal().is_admin:
+        raise Forbidden(f"Only an admin may filter or sort events by who acted ({parameter}).")
+    return list_response(Event, _visible(), params, _represent())
 
 
 def get_event(id):
-    return represent(_visible().where(Event.id == id).get())
+    return _represent()(_visible().where(Event.id == id).get())

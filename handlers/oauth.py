@@ -12,7 +12,9 @@ import flask
 
 from models import OAuthClient, RefreshToken, User
 from models.refresh_token import RefreshTokenReused
-from models.user import ROLE_SCOPES, SCOPES
+from models.user import ROLE_SCOPES, SCOPES, normalised_email
+from shopapi.rate_limits import limited_attempt
+from shopapi.tokens import CREDENTIALS_VERSION
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -59,7 +61,10 @@ def _client(body: dict) -> OAuthClient | None:
     if not client_id and not secret:
         # No client, or Swagger UI's empty `Basic Og==` (":") when its client fields are blank.
         return None
-    client = OAuthClient.authenticate(client_id, secret) if client_id and secret else None
+    # No client id holds a NUL (PostgreSQL could not even look one up); the form's are refused
+    # by validation, Basic's are here.
+    named = client_id and secret and "\x00" not in client_id
+    client = OAuthClient.authenticate(client_id, secret) if named else None
     if client is None:
         challenge = {"WWW-Authenticate": 'Basic realm="shopapi"'} if basic else {}
         raise OAuthError("invalid_client", "The client could not be authenticated.", 401, challenge)
@@ -87,10 +92,15 @@ def _required(body: dict, *names: str) -> None:
 
 def _password_grant(body: dict, client: OAuthClient | None):
     _required(body, "username", "password")
-    user = User.authenticate(body["username"], body["password"])
-    if user is None:
-        # One answer whether the email is unknown or the password wrong.
-        raise OAuthError("invalid_grant", "The email or password is wrong.")
+    # Wrong passwords are limited per account (the spec's x-rate-limit-failed-login-per-account),
+    # whether the account exists or not, under the email as the lookup reads it: over the limit
+    # the answer is 429 and the password is not checked.
+    with limited_attempt(normalised_email(body["username"])) as attempt:
+        user = User.authenticate(body["username"], body["password"])
+        if user is None:
+            attempt.failed()
+            # One answer whether the email is unknown or the password wrong.
+            raise OAuthError("invalid_grant", "The email or password is wrong.")
     allowed = ROLE_SCOPES[user.role]
     if client is not None:
         allowed &= frozenset(client.scopes.split())
@@ -98,7 +108,7 @@ def _password_grant(body: dict, client: OAuthClient | None):
     client_id = client.client_id if client else None
     ttl = flask.current_app.config["REFRESH_TOKEN_TTL"]
     refresh = RefreshToken.start(user, " ".join(sorted(scopes)), client_id, ttl)
-    return _answer(str(user.id), scopes, refresh)
+    return _answer(str(user.id), scopes, refresh, **{CREDENTIALS_VERSION: user.credentials_version})
 
 
 def _client_credentials_grant(body: dict, client: OAuthClient | None):
@@ -129,7 +139,8 @@ def _refresh_token_grant(body: dict, client: OAuthClient | None):
         raise OAuthError(
             "invalid_grant", "The refresh token is unknown, expired or revoked."
         ) from None
-    return _answer(str(current.user_id), scopes, successor)
+    version = {CREDENTIALS_VERSION: current.credentials_version}
+    return _answer(str(current.user_id), scopes, successor, **version)
 
 
 _GRANTS = {

@@ -1,15 +1,28 @@
 """Users: customers, partners and admins. Passwords go in, never out.
 
 Without the `admin` scope a caller reaches only its own record; any other is 404, as if absent.
+
+Deleting a user, or changing their password, email or role, revokes every token they were
+issued (models/revocation.py), in the change's transaction. Changing one's own password or
+email takes the current password (`current_password`), so that a stolen token cannot take the
+account over; an admin changing someone else's does not.
 """
 
-from connexion.exceptions import Forbidden
+import contextlib
+import dataclasses
+import hmac
 
-from models import User
+import peewee
+from connexion.exceptions import Forbidden, ProblemException
+
+from models import Revocation, User
 from models.db import database
+from models.passwords import hash_password
+from models.user import normalised_email
 from shopapi import events
 from shopapi.etags import if_match
 from shopapi.listing import list_response
+from shopapi.rate_limits import limited_attempt
 from shopapi.responses import created
 from shopapi.security import current_principal
 
@@ -58,21 +71,121 @@ def get_user(id):
 
 
 def replace_user(id, body):
-    user = _changeable(id)
-    _check_role_change(body, user)
     # The role is the admin's to set: a replacement that leaves it out keeps it.
-    user.replace({"role": user.role, **body})
-    user.save()
-    return represent(user)
+    return _change(id, body, lambda user, fields: user.replace({"role": user.role, **fields}))
 
 
 def update_user(id, body):
-    user = _changeable(id)
-    _check_role_change(body, user)
-    user.assign(body)
-    user.save()
-    return represent(user)
+    return _change(id, body, User.assign)
 
 
 def delete_user(id):
-    _changeable(id).delete_without_orders()
+    with database.atomic():
+        user = _changeable(id)
+        Revocation.record(user)
+        user.delete_without_orders()  # a Conflict rolls the revocation back with it
+
+
+class CurrentPasswordProblem(ProblemException):
+    """403: a change of one's own password or email without the right current password."""
+
+    def __init__(self, why: str):
+        super().__init__(
+            status=403,
+            title="Forbidden",
+            detail=f"To change your own password or email, send current_password: it {why}.",
+            ext={"errors": [{"pointer": "/current_password", "detail": why}]},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Proof:
+    """`current_password` checked against the password hash a user had."""
+
+    password_hash: str
+    matches: bool
+
+
+def _change(id: int, body: dict, apply) -> dict:
+    """Change user `id` by `apply(user, fields)`, in one transaction with the user locked: the
+    checks (If-Match, role, current password), the change, and the revocation if it changes the
+    password, email or role. The slow part (scrypt, for the current password and the new one)
+    is done before the lock is taken."""
+    self_service = current_principal().user_id == id
+    proof = _early_proof(id, body) if self_service else None
+    new_hash = None
+    if "password" in body and not _keeps_password(body, proof):
+        new_hash = hash_password(body["password"])
+    fields = {k: v for k, v in body.items() if k not in ("password", "current_password")}
+    with database.atomic():
+        user = _changeable(id)
+        _check_role_change(body, user)
+        if self_service and _changes_credentials(body, user):
+            proof = _checked_current_password(body, user, proof)
+        before = (user.email, user.role)
+        apply(user, fields)
+        sets_password = "password" in body and not _keeps_password(body, proof)
+        if sets_password:
+            user.password_hash = new_hash or hash_password(body["password"])
+        if sets_password or (normalised_email(user.email), user.role) != before:
+            Revocation.record(user)
+        with _limited_if_email_taken(user, before[0]):
+            user.save()
+    return represent(user)
+
+
+@contextlib.contextmanager
+def _limited_if_email_taken(user: User, email_before: str):
+    """A taken email is 409, which tells that someone has that email. Without `admin`, a user
+    runs into that only a few times a day (the spec's x-rate-limit-email-taken-per-user): each
+    change of email is counted before it is saved and the count given back unless it was
+    taken; over the limit, 429 and no change. Admins, who may list every user, are not
+    counted."""
+    if current_principal().is_admin or normalised_email(user.email) == email_before:
+        yield
+        return
+    with limited_attempt(f"user:{user.id}") as attempt:
+        try:
+            yield
+        except peewee.IntegrityError:
+            attempt.failed()
+            raise
+
+
+def _changes_credentials(body: dict, user: User) -> bool:
+    return "password" in body or normalised_email(body.get("email", user.email)) != user.email
+
+
+def _early_proof(id: int, body: dict) -> _Proof | None:
+    """The current password checked before the transaction, when one is sent for a change of
+    credentials; None otherwise."""
+    if "current_password" not in body or not ("password" in body or "email" in body):
+        return None
+    user = User.get_or_none(User.id == id)
+    if user is None:
+        return None
+    return _Proof(user.password_hash, user.check_password(body["current_password"]))
+
+
+def _checked_current_password(body: dict, user: User, proof: _Proof | None) -> _Proof:
+    """`proof` that `current_password` is the (locked) user's password; CurrentPasswordProblem
+    otherwise."""
+    if "current_password" not in body:
+        raise CurrentPasswordProblem("is required")
+    if proof is None or proof.password_hash != user.password_hash:
+        # Not checked yet, or the password changed since: check against the current one.
+        proof = _Proof(user.password_hash, user.check_password(body["current_password"]))
+    if not proof.matches:
+        raise CurrentPasswordProblem("is not your current password")
+    return proof
+
+
+def _keeps_password(body: dict, proof: _Proof | None) -> bool:
+    """Whether `password` is the current one, as proven by `current_password` (a PUT restates
+    it): then it is no change."""
+    return (
+        proof is not None
+        and proof.matches
+        and "password" in body
+        and hmac.compare_digest(body["password"].encode(), body["current_password"].encode())
+    )

@@ -7,6 +7,7 @@ from models.oauth_client import OAuthClient
 from models.order import Order, OrderItem
 from models.product import Product
 from models.refresh_token import RefreshToken
+from models.revocation import Revocation
 from models.user import User
 from models.webhook import Delivery, DeliveryAttempt, Webhook
 
@@ -19,6 +20,7 @@ MODELS = (
     ApiKey,
     OAuthClient,
     RefreshToken,
+    Revocation,
     IdempotencyKey,
     Event,
     Webhook,
@@ -38,6 +40,7 @@ __all__ = [
     "OrderItem",
     "Product",
     "RefreshToken",
+    "Revocation",
     "User",
     "Webhook",
 ]

@@ -26,14 +26,19 @@ class RefreshToken(BaseModel):
     expires_at = UTCDateTimeField()
     used_at = UTCDateTimeField(null=True)
     revoked_at = UTCDateTimeField(null=True)
+    # The user's credentials version at the login; a token of an older one is revoked.
+    credentials_version = peewee.IntegerField(default=0)
 
     @classmethod
     def start(cls, user: User, scope: str, client_id: str | None, ttl: int) -> str:
         """A refresh token for a new login; returns the secret."""
-        return cls._issue(user.id, scope, client_id, ttl, family=secrets.token_hex(16))
+        family = secrets.token_hex(16)
+        return cls._issue(user.id, scope, client_id, ttl, family, user.credentials_version)
 
     @classmethod
-    def _issue(cls, user_id: int, scope: str, client_id, ttl: int, family: str) -> str:
+    def _issue(
+        cls, user_id: int, scope: str, client_id, ttl: int, family: str, credentials_version: int
+    ) -> str:
         secret = generate("shr")
         cls.create(
             digest=digest(secret),
@@ -42,6 +47,7 @@ class RefreshToken(BaseModel):
             client_id=client_id,
             scope=scope,
             expires_at=utc_now() + datetime.timedelta(seconds=ttl),
+            credentials_version=credentials_version,
         )
         return secret
 
@@ -51,9 +57,16 @@ class RefreshToken(BaseModel):
 
     @classmethod
     def rotate(cls, token: "RefreshToken", ttl: int) -> str:
-        """Use `token`: the secret of its successor. LookupError when it is expired or revoked;
-        RefreshTokenReused when it was used before (its family is then revoked)."""
-        if token.revoked_at is not None or token.expires_at <= utc_now():
+        """Use `token`: the secret of its successor. LookupError when it is expired or revoked,
+        or was issued under credentials the user has changed since; RefreshTokenReused when it
+        was used before (its family is then revoked)."""
+        if (
+            token.revoked_at is not None
+            or token.expires_at <= utc_now()
+            # Changes revoke the user's tokens (revoke_all_of); this also refuses a token issued
+            # by a login that raced with the change and committed after it.
+            or token.credentials_version != token.user.credentials_version
+        ):
             raise LookupError("expired or revoked refresh token")
         with cls._meta.database.atomic():
             now = utc_now()
@@ -65,7 +78,14 @@ class RefreshToken(BaseModel):
                 .execute()
             )
             if taken:
-                return cls._issue(token.user_id, token.scope, token.client_id, ttl, token.family)
+                return cls._issue(
+                    token.user_id,
+                    token.scope,
+                    token.client_id,
+                    ttl,
+                    token.family,
+                    token.credentials_version,
+                )
         cls.revoke_family(token.family)
         raise RefreshTokenReused(token.family)
 
@@ -74,4 +94,12 @@ class RefreshToken(BaseModel):
         now = utc_now()
         cls.update(revoked_at=now, updated_at=now).where(
             (cls.family == family) & cls.revoked_at.is_null()
+        ).execute()
+
+    @classmethod
+    def revoke_all_of(cls, user_id: int) -> None:
+        """Revoke every refresh token of the user (a change of their credentials or role)."""
+        now = utc_now()
+        cls.update(revoked_at=now, updated_at=now).where(
+            (cls.user == user_id) & cls.revoked_at.is_null()
         ).execute()

@@ -1,21 +1,17 @@
-"""Demo data for `make run`: a few users, products and orders. Does nothing when users exist.
+"""Demo data for `make run`: the demo accounts (models/demo.py), a few products and orders.
 
-Run with `python -m models.seed` (uses DATABASE_URL).
+Run with `python -m models.seed` (`make seed`, part of `make run`). It seeds only the demo
+database (DATABASE_URL unset), or any database with SEED_DEMO=1 (`make seed-demo`); SEED_DEMO=0
+never. The demo admin is left out when the operator names their own (ADMIN_EMAIL), which the app
+creates at start-up. Does nothing when users exist.
 """
 
-from models import Order, Product, User
+import os
+from collections.abc import Mapping
+
+from models import Order, Product, User, demo
 from models.db import database, open_database, use
 
-USERS = [
-    {"email": "admin@example.com", "name": "Ada Admin", "role": "admin", "password": "admin-pass"},
-    {"email": "carol@example.com", "name": "Carol Customer", "password": "carol-pass"},
-    {
-        "email": "paul@example.com",
-        "name": "Paul Partner",
-        "role": "partner",
-        "password": "paul-pass",
-    },
-]
 PRODUCTS = [
     {
         "sku": "MUG-001",
@@ -50,21 +46,40 @@ PRODUCTS = [
 ]
 
 
-def seed() -> bool:
-    """Insert the demo data into an empty database; True when it did."""
+def seed(with_admin: bool = True) -> bool:
+    """Insert the demo data into a database without users, the demo admin only `with_admin`;
+    True when it did."""
     if User.select().exists():
         return False
     with database.atomic():
-        users = [User.new(fields) for fields in USERS]
+        if with_admin:
+            User.new(demo.ADMIN)
+        carol = User.new(demo.CUSTOMER)
+        User.new(demo.PARTNER)
         products = [Product.new(fields) for fields in PRODUCTS]
-        Order.place(users[1].id, [{"product_id": products[0].id, "quantity": 2}], "Gift wrap")
-        placed = Order.place(users[1].id, [{"product_id": products[2].id, "quantity": 1}])
+        Order.place(carol.id, [{"product_id": products[0].id, "quantity": 2}], "Gift wrap")
+        placed = Order.place(carol.id, [{"product_id": products[2].id, "quantity": 1}])
         placed.change({"status": "paid"})
     return True
 
 
-if __name__ == "__main__":
+def main(environ: Mapping[str, str] = os.environ) -> str:
+    """Seed the database the environment names, if it wants the demo data; what was done."""
     from shopapi.settings import Settings
 
-    use(open_database(Settings.from_env().database_url))
-    print("demo data seeded" if seed() else "demo data already present")
+    if not demo.wanted(environ):
+        return (
+            "no demo data: DATABASE_URL names a database of your own (SEED_DEMO=1 adds the demo "
+            "data and its accounts with published passwords)"
+        )
+    settings = Settings.from_env(environ)
+    use(open_database(settings.database_url))
+    if not seed(with_admin=settings.admin_email is None):
+        return "demo data already present (or the database has users)"
+    if settings.admin_email:
+        return "demo data seeded, without the demo admin: yours is ADMIN_EMAIL"
+    return "demo data seeded"
+
+
+if __name__ == "__main__":
+    print(main())

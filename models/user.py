@@ -25,11 +25,19 @@ ROLE_SCOPES = {
 }
 
 
+def normalised_email(email: str) -> str:
+    """An email as it is stored and looked up: emails are unique regardless of case."""
+    return email.lower()
+
+
 class User(BaseModel):
     email = peewee.CharField(max_length=254, unique=True)
     name = peewee.CharField(max_length=200)
     role = peewee.CharField(max_length=16, default="customer")
     password_hash = peewee.CharField(max_length=200)
+    # Bumped by every change that revokes what the user was issued (models/revocation.py);
+    # each access and refresh token carries the version it was issued under.
+    credentials_version = peewee.IntegerField(default=0)
 
     writable = ("email", "name", "role", "password")
 
@@ -48,13 +56,13 @@ class User(BaseModel):
     def authenticate(cls, email: str, password: str) -> "User | None":
         """The user with this email and password, or None; as slow for an unknown email as for
         a wrong password."""
-        user = cls.get_or_none(cls.email == email.lower())
+        user = cls.get_or_none(cls.email == normalised_email(email))
         return user if verify_login(password, user.password_hash if user else None) else None
 
     @classmethod
     def ensure_admin(cls, email: str, password: str) -> None:
         """Create an admin with this email unless a user has it (bootstrap at start-up)."""
-        if cls.select().where(cls.email == email.lower()).exists():
+        if cls.select().where(cls.email == normalised_email(email)).exists():
             return
         try:
             with cls._meta.database.atomic():
@@ -66,7 +74,7 @@ class User(BaseModel):
 
     def save(self, *args, **kwargs):
         # Emails are unique regardless of case, so they are kept in one case.
-        self.email = self.email.lower()
+        self.email = normalised_email(self.email)
         return super().save(*args, **kwargs)
 
     def delete_without_orders(self) -> None:

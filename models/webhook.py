@@ -11,7 +11,7 @@ from models.base import BaseModel
 from models.db import database
 from models.event import Event
 from models.fields import UTCDateTimeField, utc_now
-from models.user import User
+from models.user import ROLE_SCOPES, User
 
 DELIVERY_STATES = ("pending", "delivered", "failed")
 
@@ -42,20 +42,47 @@ class Webhook(BaseModel):
     def events(self, types: list[str]) -> None:
         self.event_types = " ".join(dict.fromkeys(types))
 
+    # What the webhook gets follows its owner's role as it is now, not as it was at
+    # registration: a partner demoted to customer gets nothing more, an admin demoted to partner
+    # only what a partner sees. The worker checks at fan-out and again before each delivery.
+
+    @property
+    def owner_scopes(self) -> frozenset[str]:
+        """The scopes of the owner's current role. Credentials acting for no user (which only an
+        admin registers a webhook with) have all of them."""
+        if self.owner_id is None:
+            return ROLE_SCOPES["admin"]
+        return ROLE_SCOPES.get(self.owner.role, frozenset())
+
+    @property
+    def owner_is_admin(self) -> bool:
+        """Does the owner see everything, who acted included?"""
+        return "admin" in self.owner_scopes
+
     def sees(self, event: Event) -> bool:
         """May this webhook's owner see `event`? An admin (or credentials acting for no user,
         which only an admin registers) sees every event; anyone else the catalogue's and their
         own."""
-        sees_all = self.owner_id is None or self.owner.role == "admin"
-        return sees_all or event.owner_id in (None, self.owner_id)
+        return self.owner_is_admin or event.owner_id in (None, self.owner_id)
+
+    def withheld(self, event: Event) -> str | None:
+        """Why `event` may not be sent here now, by the owner's current role; None when it may."""
+        if "webhooks" not in self.owner_scopes:
+            return (
+                f"the webhook's owner (user {self.owner_id}) is now a {self.owner.role}, "
+                "without the webhooks scope"
+            )
+        if not self.sees(event):
+            return f"the webhook's owner (user {self.owner_id}) may no longer see this event"
+        return None
 
     def receives(self, event: Event) -> bool:
-        """Is `event` sent here? It must be of a subscribed type, visible to the owner, and not
-        older than the webhook: a new webhook gets no backlog."""
+        """Is `event` sent here? It must be of a subscribed type, not withheld by the owner's
+        current role, and not older than the webhook: a new webhook gets no backlog."""
         return (
             self.enabled
             and event.type in self.events
-            and self.sees(event)
+            and self.withheld(event) is None
             and self.created_at <= event.occurred_at
         )
 

@@ -51,13 +51,16 @@ _DATE_TIME = re.compile(
 
 @FORMAT_CHECKER.checks("date-time")
 def is_date_time(value) -> bool:
+    """An RFC 3339 date-time that is also a UTC time from year 1 to 9999: every time is kept,
+    compared and shown in UTC, so `9999-12-31T23:59:59-05:00` (in year 10000 there) is refused
+    like any other impossible time, in bodies and query filters alike."""
     if not isinstance(value, str):
         return True
     if not _DATE_TIME.fullmatch(value):
         return False
     try:
-        datetime.datetime.fromisoformat(value.upper())
-    except ValueError:
+        datetime.datetime.fromisoformat(value.upper()).astimezone(datetime.UTC)
+    except (ValueError, OverflowError):
         return False
     return True
 

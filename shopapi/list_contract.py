@@ -10,8 +10,14 @@ while the hand-written source stays short. The rules:
   can be filtered and sorted, and so can the scalar properties of an object property, by a
   dotted name (`price.amount` in v2);
 - `name=value` and `name[ne]=value` for every such property (`null` matches a missing value on
-  a nullable one); `[lt] [lte] [gt] [gte]` for numbers, times and free text; `[in]` (a comma list)
-  for all but booleans; `[contains]` for free text.
+  a nullable one); `[lt] [lte] [gt] [gte]` for numbers, times and text; `[in]` (a comma list)
+  for all but booleans; `[contains]` for text: every string but an enum and a time or decimal
+  amount, whatever its format (`email[contains]=example.com`; the value is any text, not held
+  to the field's format: a part of an email address is no email address);
+- a text value is at most the field's own `maxLength`, else `TEXT_FILTER_MAX_LENGTH`
+  characters: a longer one could match nothing (or only what its first that many characters
+  match), and would reach the database only to be refused there (SQLite's LIKE takes patterns
+  of up to 50,000 bytes) as if it were down.
 """
 
 import copy
@@ -31,6 +37,12 @@ _MEANING = {
 _NO_NUL = "^[^\\x00]*$"
 # A decimal amount to compare with (format: decimal): up to four decimals compare exactly.
 _DECIMAL = "^-?[0-9]{1,14}(\\.[0-9]{1,4})?$"
+# Formats whose strings stand for another kind of value (a time, an amount): compared as that
+# value, never searched as text.
+_NOT_TEXT_FORMATS = ("date-time", "date", "decimal")
+# The longest text filter value for a field that states no maxLength of its own (codes,
+# identifiers, names set elsewhere, the service's own short texts): longer than any of them.
+TEXT_FILTER_MAX_LENGTH = 1000
 
 
 def _resolve(schema: dict, schemas: dict) -> dict:
@@ -68,28 +80,42 @@ def filterable(properties: dict[str, dict], schemas: dict) -> dict[str, dict]:
     return scalars
 
 
+def is_text(schema: dict) -> bool:
+    """Whether a property is text: a string that is not an enum, a time or an amount."""
+    return (
+        schema["type"] == "string"
+        and "enum" not in schema
+        and schema.get("format") not in _NOT_TEXT_FORMATS
+    )
+
+
 def operators_for(schema: dict) -> tuple[str, ...]:
     kind = schema["type"]
     if kind == "boolean":
         return ("eq", "ne")
     if "enum" in schema:
         return ("eq", "ne", "in")
-    if kind == "string" and "format" not in schema:
+    if is_text(schema):
         return ("eq", "ne", *ORDERED, "in", "contains")
     return ("eq", "ne", *ORDERED, "in")
 
 
-def _value_schema(schema: dict) -> dict:
-    """What a filter value must be: the property's type, format and enum — not its bounds or
-    pattern, since asking for a value that cannot exist simply matches nothing."""
+def _value_schema(schema: dict, operator: str) -> dict:
+    """What a filter value must be: the property's type, format and enum — not its minimum,
+    minLength or pattern, since asking for a value that cannot exist simply matches nothing —
+    and for text, a length a stored value can have. A `[contains]` value is a part of the text:
+    any text, in no format."""
     value = {"type": schema["type"]}
-    for keyword in ("format", "enum"):
+    keywords = ("enum",) if operator == "contains" else ("format", "enum")
+    for keyword in keywords:
         if keyword in schema:
             value[keyword] = schema[keyword]
     if value.get("format") == "decimal":
         value["pattern"] = _DECIMAL
     elif value["type"] == "string" and "enum" not in value:
         value["pattern"] = _NO_NUL
+    if is_text(schema):
+        value["maxLength"] = schema.get("maxLength", TEXT_FILTER_MAX_LENGTH)
     if value["type"] == "integer":
         # What the databases can compare (64-bit), not what the field accepts.
         value.update(minimum=-(2**63), maximum=2**63 - 1)
@@ -97,7 +123,7 @@ def _value_schema(schema: dict) -> dict:
 
 
 def _filter_parameter(name: str, schema: dict, operator: str) -> dict:
-    value = _value_schema(schema)
+    value = _value_schema(schema, operator)
     parameter = {"in": "query", "required": False}
     if operator == "eq":
         parameter["name"] = name

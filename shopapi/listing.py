@@ -73,10 +73,9 @@ def _typed(parameter: str, field, value):
     try:
         return moment.astimezone(datetime.UTC)
     except OverflowError:
-        # Within hours of year 1 or 9999 with an offset: past the edge of what any stored time
-        # can be, so the edge compares the same.
-        edge = datetime.datetime.min if moment.year == 1 else datetime.datetime.max
-        return edge.replace(tzinfo=datetime.UTC)
+        # Within hours of year 1 or 9999 with an offset: no UTC time. The contract's date-time
+        # format refuses it before this; the same answer here.
+        raise _bad(parameter, f"{value!r} is out of range (years 1 to 9999 in UTC)") from None
 
 
 @functools.cache

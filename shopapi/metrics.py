@@ -47,8 +47,9 @@ SLOW_REQUESTS = Counter(
 )
 RATE_LIMITED = Counter(
     "http_rate_limited_total",
-    "Requests refused with 429: over the client's quota (client) or after too many failed "
-    "authentication attempts from one address (failed_auth).",
+    "Requests refused with 429: over the client's quota (client), after too many failed "
+    "authentication attempts from one address (failed_auth), too many wrong passwords for one "
+    "account (failed_login) or too many taken emails tried by one user (email_taken).",
     ["operation", "limit"],
 )
 RATE_LIMIT_STORAGE_ERRORS = Counter(

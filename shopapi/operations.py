@@ -1,6 +1,6 @@
 """The operations a spec declares, each with what the cross-cutting layers need to know about it:
-its route template (for logs), its rate limit, its deprecation and whether it accepts an
-Idempotency-Key."""
+its route template (for logs), its rate limit (and its limit on failed attempts per account),
+its deprecation, whether it accepts an Idempotency-Key and the media types of the body it takes."""
 
 import dataclasses
 import datetime
@@ -8,6 +8,10 @@ import re
 from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+# The operation extensions that limit failed attempts of one kind per account and window
+# (shopapi/rate_limits.py, AttemptLimitMiddleware); the kind is the name after the prefix.
+ATTEMPT_LIMIT_PREFIX = "x-rate-limit-"
+ATTEMPT_LIMITS = ("failed-login-per-account", "email-taken-per-user")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +30,11 @@ class Operation:
     base_path: str = ""
     # For a `deprecated` operation: since when, until when, and what replaces it.
     deprecation: "Deprecation | None" = None
+    # The media types of the request body it takes; none when it takes no body.
+    media_types: tuple[str, ...] = ()
+    # `x-rate-limit-failed-login-per-account: 10/15 minutes` (or another of ATTEMPT_LIMITS):
+    # the kind and the limit; at most one per operation.
+    attempt_limit: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +84,27 @@ def operations_of(spec: dict) -> Iterator[Operation]:
                     base_path=base,
                     deprecation=_deprecation(operation),
                     accepts_idempotency_key=_declares_idempotency_key(spec, item, operation),
+                    media_types=tuple(_request_body(spec, operation).get("content", {})),
+                    attempt_limit=_attempt_limit(operation),
                 )
+
+
+def _attempt_limit(operation: dict) -> tuple[str, str] | None:
+    declared = [
+        (kind, operation[ATTEMPT_LIMIT_PREFIX + kind])
+        for kind in ATTEMPT_LIMITS
+        if ATTEMPT_LIMIT_PREFIX + kind in operation
+    ]
+    if len(declared) > 1:
+        raise ValueError(f"{operation['operationId']}: one attempt limit per operation")
+    return declared[0] if declared else None
+
+
+def _request_body(spec: dict, operation: dict) -> dict:
+    body = operation.get("requestBody", {})
+    if "$ref" in body:  # '#/components/requestBodies/...'
+        body = spec["components"]["requestBodies"][body["$ref"].rsplit("/", 1)[1]]
+    return body
 
 
 def _declares_idempotency_key(spec: dict, item: dict, operation: dict) -> bool:

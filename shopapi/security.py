@@ -8,6 +8,10 @@ same way (403 OAuthScopeProblem).
 
 These run in Connexion's security middleware, before Flask: they find the app's token keys
 through the ASGI scope, and run the API-key lookup off the event loop with its own connection.
+
+A bearer token this service issued to a user is refused once the user is deleted or changes
+password, email or role (shopapi/revocations.py); the client then gets a new token, which
+carries the user's current role.
 """
 
 import dataclasses
@@ -24,13 +28,15 @@ from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
 from models import ApiKey
 from models.db import database
 from models.user import ROLE_SCOPES
-from shopapi.tokens import AccessTokens, InvalidToken
+from shopapi.revocations import Revocations
+from shopapi.tokens import CREDENTIALS_VERSION, AccessTokens, InvalidToken
 
 
 @dataclasses.dataclass(frozen=True)
 class _Keys:
     tokens: AccessTokens
     metrics_token: str | None
+    revocations: Revocations
 
 
 _keys_of: "weakref.WeakKeyDictionary[object, _Keys]" = weakref.WeakKeyDictionary()
@@ -77,8 +83,13 @@ def with_api_key_scopes(spec: dict) -> dict:
 def install(app: connexion.FlaskApp, tokens: AccessTokens, metrics_token: str | None) -> None:
     """Make `tokens` the keys of `app`'s security checks and handlers, and `metrics_token` the
     one that reads its metrics."""
-    _keys_of[app.middleware] = _Keys(tokens, metrics_token)
+    _keys_of[app.middleware] = _Keys(tokens, metrics_token, Revocations())
     app.app.extensions["shopapi.tokens"] = tokens
+
+
+def revocations_of(app: connexion.FlaskApp) -> Revocations:
+    """What `app` knows of revoked tokens."""
+    return _keys_of[app.middleware].revocations
 
 
 def tokens_of(scope) -> AccessTokens:
@@ -120,17 +131,44 @@ def current_principal() -> Principal:
     )
 
 
+REVOKED = (
+    "The token has been revoked: its user was deleted, or changed password, email or role, "
+    "since it was issued."
+)
+
+
 def token_info(token: str, request) -> dict:
-    """x-tokenInfoFunc: the claims of a valid bearer token (401 otherwise)."""
-    tokens = tokens_of(request.scope)
+    """x-tokenInfoFunc: the claims of a valid bearer token (401 otherwise, revoked included).
+    Answers a coroutine, which Connexion awaits, when revocations must be read first."""
+    keys = _keys_of[request.scope["app"]]
     try:
-        claims = tokens.verify(token)
+        claims = keys.tokens.verify(token)
     except InvalidToken as error:
         raise OAuthProblem(detail=str(error)) from None
     subject = claims["sub"]
-    issued_here = claims["iss"] == tokens.issuer
+    issued_here = claims["iss"] == keys.tokens.issuer
     user_id = int(subject) if issued_here and subject.isdigit() else None
-    return {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
+    info = {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
+    if user_id is None:
+        return info  # a client's, or another issuer's: no user of ours revokes it
+    return _unless_revoked(keys.revocations, info, claims.get(CREDENTIALS_VERSION, 0))
+
+
+def _unless_revoked(revocations: Revocations, info: dict, credentials_version: int):
+    if not revocations.is_current():
+        return _unless_revoked_after_refresh(revocations, info, credentials_version)
+    if revocations.refuses(info["user_id"], credentials_version):
+        raise OAuthProblem(detail=REVOKED)
+    return info
+
+
+async def _unless_revoked_after_refresh(
+    revocations: Revocations, info: dict, credentials_version: int
+) -> dict:
+    await anyio.to_thread.run_sync(revocations.refresh)
+    if revocations.refuses(info["user_id"], credentials_version):
+        raise OAuthProblem(detail=REVOKED)
+    return info
 
 
 async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:

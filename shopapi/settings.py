@@ -1,6 +1,7 @@
 """The service's configuration: read once from the environment into one typed object."""
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
@@ -96,6 +97,19 @@ def _positive_number(name: str, raw: str) -> float:
     return value
 
 
+def _proxies(name: str, raw: str) -> tuple[str, ...]:
+    entries = tuple(entry.strip() for entry in raw.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise ConfigurationError(
+                f"{name} must list the proxies' addresses or networks, comma-separated (such as "
+                f"10.0.0.5,10.1.0.0/16; 0.0.0.0/0,::/0 to believe anyone), not {entry!r}"
+            ) from None
+    return entries
+
+
 def _database_url(name: str, raw: str) -> str:
     if not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigurationError(
@@ -143,6 +157,9 @@ class Settings:
     # together with credentials, which the Fetch standard forbids).
     cors_origins: tuple[str, ...] = ()
     cors_allow_credentials: bool = False
+    # The proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are
+    # believed (shopapi/clients.py); none by default: the peer is the client.
+    forwarded_allow_ips: tuple[str, ...] = ()
     # Without a token, /metrics is not served by the API (scrape the separate METRICS_BIND
     # listener of the production server instead).
     metrics_token: str | None = None
@@ -254,6 +271,10 @@ def _traffic_from_env(environ: Mapping[str, str]) -> dict:
     if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
         raise ConfigurationError(
             "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"
+        )
+    if "FORWARDED_ALLOW_IPS" in environ:
+        values["forwarded_allow_ips"] = _proxies(
+            "FORWARDED_ALLOW_IPS", environ["FORWARDED_ALLOW_IPS"]
         )
     if "METRICS_TOKEN" in environ:
         values["metrics_token"] = _secret("METRICS_TOKEN", environ["METRICS_TOKEN"]).decode()

@@ -8,6 +8,7 @@ pass), and exp, iat, iss and aud are required, not merely checked when present.
 import base64
 import hashlib
 import json
+import math
 import pathlib
 import threading
 import time
@@ -29,12 +30,24 @@ _REQUIRED = {
     "require_sub": True,
     "leeway": 30,  # seconds of clock skew between hosts
 }
+# The private claim of a token issued to a user: the user's credentials version when it was
+# issued (models/revocation.py). A token without it (issued before there were versions) is of
+# version 0.
+CREDENTIALS_VERSION = "cred_ver"
 # Tokens issued here whose signature has been checked, kept with their claims so that a client's
 # next requests skip the check (an HMAC or RSA verification and two base64/JSON decodes each).
 VERIFIED_CACHE_SIZE = 10_000
 # How long a fetched JWKS is trusted, and how soon an unknown `kid` may trigger a refetch.
 _JWKS_MAX_AGE = 600
 _JWKS_REFETCH_AFTER = 60
+
+
+# The claims that are times: NumericDate, a JSON number of seconds (RFC 7519 2).
+_TIMES = ("exp", "iat", "nbf")
+
+
+def _is_numeric_date(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class InvalidToken(Exception):
@@ -157,9 +170,14 @@ class AccessTokens:
     def _verify(self, token: str) -> Mapping:
         try:
             header = jwt.get_unverified_header(token)
-            issuer = jwt.get_unverified_claims(token).get("iss")
+            unverified = jwt.get_unverified_claims(token)
         except JOSEError:
             raise InvalidToken("The token is not a well-formed JWT.") from None
+        if not all(_is_numeric_date(unverified[name]) for name in _TIMES if name in unverified):
+            # jose would take "1700000000" for a time (and the cache then crash on it), and
+            # fail on Infinity or a list with errors of its own.
+            raise InvalidToken("The token's exp, iat and nbf claims must be numbers.")
+        issuer = unverified.get("iss")
         if issuer == self.issuer:
             key, algorithms = self._verifying_key, [self.algorithm]
         elif isinstance(issuer, str) and issuer in self._trusted:

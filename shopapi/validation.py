@@ -3,8 +3,10 @@
 Connexion's validators stop at the first error and report it as free text; these collect all of
 them into `errors` (a parameter name, or a JSON pointer into the body). They also apply what
 Connexion leaves out: OpenAPI's `readOnly` (a read-only field in a request body is refused), a
-body that is not UTF-8 (400, not 500: connexion#1860), and strings that are not Unicode text (a
-lone surrogate escape such as "\ud800" is valid JSON but cannot be stored or encoded).
+body that is not UTF-8 (400, not 500: connexion#1860), and strings that are not text that can
+be stored: a lone surrogate escape such as "\ud800" is valid JSON but cannot be encoded, and
+PostgreSQL cannot store a NUL. A NUL is refused in every query value and every value of a JSON
+or form body, declared or not, whatever the contract says of it.
 """
 
 import collections
@@ -56,7 +58,9 @@ def pointer(path) -> str:
 
 
 def text_problem(text: str) -> str | None:
-    """Why `text` is not Unicode text, or None when it is."""
+    """Why `text` is not text that can be stored, or None when it is."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -65,15 +69,17 @@ def text_problem(text: str) -> str | None:
 
 
 def _text_errors(instance, path=()):
+    """(pointer, problem, whether a value rather than a property name is the problem) for
+    each string in `instance` that is not text that can be stored."""
     if isinstance(instance, str):
         problem = text_problem(instance)
         if problem:
-            yield {"pointer": pointer(path), "detail": problem}
+            yield pointer(path), problem, True
     elif isinstance(instance, dict):
         for key, value in instance.items():
             problem = text_problem(key)
             if problem:
-                yield {"pointer": pointer(path), "detail": f"a property name {problem}"}
+                yield pointer(path), f"a property name {problem}", False
             else:
                 yield from _text_errors(value, (*path, key))
     elif isinstance(instance, list):
@@ -91,10 +97,17 @@ def _detail(error: ValidationError) -> str:
 
 
 def body_errors(validator, body) -> list[dict]:
-    """Every problem with a request body, each with a JSON pointer, text problems first."""
-    errors = list(_text_errors(body))
+    """Every problem with a request body, each with a JSON pointer, text problems first (a
+    value that is not text is not reported against its schema as well)."""
+    errors, not_text = [], set()
+    for where, problem, is_value in _text_errors(body):
+        errors.append({"pointer": where, "detail": problem})
+        if is_value:
+            not_text.add(where)
     for error in sorted(validator.iter_errors(body), key=lambda e: list(e.path)):
-        errors.append({"pointer": pointer(error.path), "detail": _detail(error)})
+        where = pointer(error.path)
+        if where not in not_text:
+            errors.append({"pointer": where, "detail": _detail(error)})
     return errors
 
 
@@ -145,7 +158,11 @@ class ParameterValidator(ConnexionParameterValidator):
         validator = _compiled_validator(Draft4Validator, param.get("schema", param))
         if validator.is_valid(value):
             return None
-        return best_match(validator.iter_errors(value)).message
+        error = best_match(validator.iter_errors(value))
+        if error.validator == "maxLength":
+            # Not jsonschema's message, which quotes the value: tens of thousands of characters.
+            return f"is longer than {error.validator_value} characters"
+        return error.message
 
     def validate_request(self, request):
         errors = []
@@ -154,16 +171,25 @@ class ParameterValidator(ConnexionParameterValidator):
                 self.validate_query_parameter_list(request, self.security_query_params)
             ):
                 errors.append({"parameter": name, "detail": "is not a parameter of this operation"})
+        query = parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True)
+        # A value that is not text is named once, whatever else its parameter would say of it.
+        not_text = set()
+        for name, value in query:
+            problem = text_problem(value)
+            if problem and name not in not_text:
+                not_text.add(name)
+                errors.append({"parameter": name, "detail": problem})
         # Connexion would quietly keep one of the values of a repeated single-valued parameter
         # (`?sku=A&sku=B`); which one the client meant cannot be known.
-        query = request.scope["query_string"].decode("latin-1")
-        given = collections.Counter(name for name, _ in parse_qsl(query, keep_blank_values=True))
+        given = collections.Counter(name for name, _ in query)
         for param in self.parameters.get("query", []):
             if given[param["name"]] > 1 and param.get("schema", {}).get("type") != "array":
                 errors.append({"parameter": param["name"], "detail": "is given more than once"})
         for location in ("path", "query", "header", "cookie"):
             check = getattr(self, f"validate_{location}_parameter")
             for param in self.parameters.get(location, []):
+                if location == "query" and param["name"] in not_text:
+                    continue
                 error = check(param, request)
                 if error:
                     errors.append({"parameter": param["name"], "detail": error})

@@ -5,12 +5,20 @@ WEBHOOK_ALLOW_PRIVATE); the connection then goes to that vetted address, never t
 so a name that resolves to a public address when checked and to a private one a moment later
 (DNS rebinding) cannot turn the worker against its own network. TLS still checks the certificate
 against the host name. Redirects are not followed: a 3xx is a failed attempt.
+
+An attempt has one deadline, WEBHOOK_TIMEOUT_SECONDS after it starts, for all of it: resolving
+the name, connecting, TLS, sending, and the answer's status line and headers (nothing more is
+read). Every socket operation gets only the time left, so a receiver that answers a byte at a
+time cannot stretch an attempt past its deadline, nor the worker's lease (shopapi/worker.py),
+which is longer than the deadline.
 """
 
 import dataclasses
 import http.client
+import queue
 import socket
 import ssl
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -21,7 +29,7 @@ from shopapi.event_payloads import event_payload
 from shopapi.jsonifier import OPTIONS
 from shopapi.settings import Settings
 from shopapi.webhook_signatures import headers as signature_headers
-from shopapi.webhook_targets import is_public, refusal
+from shopapi.webhook_targets import address_refusal, refusal
 
 USER_AGENT = "shopapi-webhooks/1"
 
@@ -44,11 +52,15 @@ class Refused(Exception):
 
 
 def post(webhook: Webhook, event: Event, settings: Settings) -> Outcome:
-    """POST `event` to `webhook` once."""
-    body = orjson.dumps(event_payload(event, webhook.api_version), option=OPTIONS)
+    """POST `event` to `webhook` once, within WEBHOOK_TIMEOUT_SECONDS all told. Who acted is in
+    the payload only for a webhook whose owner is (now) an admin."""
+    payload = event_payload(event, webhook.api_version, shows_actor=webhook.owner_is_admin)
+    body = orjson.dumps(payload, option=OPTIONS)
     started = time.monotonic()
+    deadline = started + settings.webhook_timeout_seconds
     try:
-        status = _send(webhook.url, _request_headers(webhook, event, body), body, settings)
+        headers = _request_headers(webhook, event, body)
+        status = _send(webhook.url, headers, body, settings, deadline)
         error = None
     except Refused as refused:
         status, error = None, f"refused: {refused}"
@@ -67,16 +79,18 @@ def _request_headers(webhook: Webhook, event: Event, body: bytes) -> dict[str, s
     return {"Content-Type": "application/json", "User-Agent": USER_AGENT, **signed}
 
 
-def _send(url: str, headers: dict[str, str], body: bytes, settings: Settings) -> int:
+def _send(
+    url: str, headers: dict[str, str], body: bytes, settings: Settings, deadline: float
+) -> int:
     reason = refusal(url, settings.webhook_allow_private)
     if reason:
         raise Refused(f"the URL {reason}")
     parts = urlsplit(url)
     https = parts.scheme == "https"
     port = parts.port or (443 if https else 80)
-    address = _vetted_address(parts.hostname, port, settings.webhook_allow_private)
+    address = _vetted_address(parts.hostname, port, settings.webhook_allow_private, deadline)
     connection_class = _PinnedHTTPSConnection if https else _PinnedHTTPConnection
-    connection = connection_class(parts.hostname, port, address, settings.webhook_timeout_seconds)
+    connection = connection_class(parts.hostname, port, address, deadline)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -87,25 +101,95 @@ def _send(url: str, headers: dict[str, str], body: bytes, settings: Settings) ->
         connection.close()
 
 
-def _vetted_address(host: str, port: int, allow_private: bool) -> tuple:
+def _time_left(deadline: float) -> float:
+    """Seconds until `deadline`; TimeoutError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the attempt's deadline passed")
+    return left
+
+
+def _vetted_address(host: str, port: int, allow_private: bool, deadline: float) -> tuple:
     """Where to connect for `host`: (family, sockaddr) of its first address, once all of them are
     known to be public. One private address among public ones is refused too: which one a client
     gets is up to the resolver."""
-    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    found = _resolve(host, port, deadline)
     if not allow_private:
         for *_, sockaddr in found:
-            if not is_public(sockaddr[0]):
-                raise Refused(
-                    f"{host} resolves to {sockaddr[0]}, a private, loopback or reserved address"
-                )
+            reason = address_refusal(sockaddr[0])
+            if reason:
+                raise Refused(f"{host} resolves to {sockaddr[0]}, {reason}")
     family, _, _, _, sockaddr = found[0]
     return family, sockaddr
 
 
-def _connect(address: tuple, timeout: float) -> socket.socket:
+def _resolve(host: str, port: int, deadline: float) -> list:
+    """getaddrinfo within the deadline. The resolver cannot be interrupted, so it runs in a
+    thread of its own, left to finish by itself if the deadline passes first."""
+    answers = queue.SimpleQueue()
+
+    def resolve():
+        try:
+            answers.put(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as error:  # handed to the attempt, which raises it
+            answers.put(error)
+
+    threading.Thread(target=resolve, name="webhook-resolve", daemon=True).start()
+    try:
+        found = answers.get(timeout=_time_left(deadline))
+    except queue.Empty:
+        raise TimeoutError(f"resolving {host} took past the attempt's deadline") from None
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+class _Deadline:
+    """A socket whose every operation waits only for the time left until `deadline`."""
+
+    deadline: float
+
+    def _arm(self) -> None:
+        self.settimeout(_time_left(self.deadline))
+
+    def connect(self, *args):
+        self._arm()
+        return super().connect(*args)
+
+    def do_handshake(self, *args):
+        self._arm()
+        return super().do_handshake(*args)
+
+    def send(self, *args):
+        self._arm()
+        return super().send(*args)
+
+    def sendall(self, *args):
+        self._arm()
+        return super().sendall(*args)
+
+    def recv(self, *args):
+        self._arm()
+        return super().recv(*args)
+
+    def recv_into(self, *args):
+        # What http.client's reads (socket.makefile) come down to, a buffer at a time.
+        self._arm()
+        return super().recv_into(*args)
+
+
+class _DeadlineSocket(_Deadline, socket.socket):
+    pass
+
+
+class _DeadlineSSLSocket(_Deadline, ssl.SSLSocket):
+    pass
+
+
+def _connect(address: tuple, deadline: float) -> _DeadlineSocket:
     family, sockaddr = address
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
+    sock = _DeadlineSocket(family, socket.SOCK_STREAM)
+    sock.deadline = deadline
     try:
         sock.connect(sockaddr)
     except BaseException:
@@ -115,25 +199,37 @@ def _connect(address: tuple, timeout: float) -> socket.socket:
 
 
 class _PinnedHTTPConnection(http.client.HTTPConnection):
-    """Sends `Host: host` but connects to `address`, resolved and vetted beforehand."""
+    """Sends `Host: host` but connects to `address`, resolved and vetted beforehand; every
+    socket operation within `deadline`."""
 
-    def __init__(self, host: str, port: int, address: tuple, timeout: float):
-        super().__init__(host, port, timeout=timeout)
+    def __init__(self, host: str, port: int, address: tuple, deadline: float):
+        super().__init__(host, port)
         self._address = address
+        self._deadline = deadline
 
     def connect(self):
-        self.sock = _connect(self._address, self.timeout)
+        self.sock = _connect(self._address, self._deadline)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """As _PinnedHTTPConnection, with TLS for `host` (SNI and the certificate's name)."""
 
-    def __init__(self, host: str, port: int, address: tuple, timeout: float):
+    def __init__(self, host: str, port: int, address: tuple, deadline: float):
         self._tls = ssl.create_default_context()
-        super().__init__(host, port, timeout=timeout, context=self._tls)
+        self._tls.sslsocket_class = _DeadlineSSLSocket
+        super().__init__(host, port, context=self._tls)
         self._address = address
+        self._deadline = deadline
 
     def connect(self):
-        self.sock = self._tls.wrap_socket(
-            _connect(self._address, self.timeout), server_hostname=self.host
-        )
+        plain = _connect(self._address, self._deadline)
+        try:
+            tls = self._tls.wrap_socket(
+                plain, server_hostname=self.host, do_handshake_on_connect=False
+            )
+        except BaseException:
+            plain.close()
+            raise
+        tls.deadline = self._deadline
+        self.sock = tls  # closed with the connection, whatever the handshake does
+        tls.do_handshake()

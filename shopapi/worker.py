@@ -4,8 +4,16 @@ the settings of the environment; it expects a migrated database.
 
 Delivery is at least once. A thread leases a delivery while it posts it; a worker that dies
 leaves the lease to run out, and then any worker takes the delivery again, with the same
-`webhook-id` for the receiver to drop the duplicate by. On PostgreSQL several workers may run
-(rows are claimed FOR UPDATE SKIP LOCKED); on SQLite, which has one writer, run one worker.
+`webhook-id` for the receiver to drop the duplicate by. An attempt ends by its deadline
+(WEBHOOK_TIMEOUT_SECONDS, shopapi/webhook_delivery.py), and the lease is longer, so a live
+worker's attempt is never taken over and sent again while it runs. On PostgreSQL several workers
+may run (rows are claimed FOR UPDATE SKIP LOCKED); on SQLite, which has one writer, run one
+worker.
+
+What a webhook gets follows its owner's current role (models/webhook.py): nothing once the
+owner has lost the `webhooks` scope, only what the owner may now see. Fan-out creates no
+delivery for an event that is withheld, and a pending delivery withheld by the time it is due
+fails unsent, its reason in its attempt log.
 
 A webhook gets the events of one resource in event order: a delivery waits while an earlier one
 of the same resource to the same webhook is pending, or while an earlier event of the resource
@@ -31,11 +39,16 @@ from shopapi.webhook_delivery import Outcome
 log = logging.getLogger("shopapi.worker")
 
 FAN_OUT_BATCH = 100
-# A lease covers the attempt's connect and answer (each up to the timeout), plus resolving the
-# name, TLS and recording the outcome.
+# A lease covers the attempt (which ends by its deadline, WEBHOOK_TIMEOUT_SECONDS, resolving
+# the name included) and recording its outcome, which gets this much more.
 LEASE_MARGIN_SECONDS = 5
 MAX_RETRY_DELAY_SECONDS = 3600
 GONE_REASON = "The receiver answered 410 Gone"
+
+
+def lease_seconds(settings: Settings) -> float:
+    """How long a claim holds a delivery: always longer than an attempt's deadline."""
+    return settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
 
 
 def fan_out(transport: push.Transport) -> int:
@@ -84,8 +97,7 @@ def claim_due_delivery(settings: Settings) -> Delivery | None:
         delivery = _due_deliveries(now).first()
         if delivery is None:
             return None
-        lease = 2 * settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
-        delivery.leased_until = now + datetime.timedelta(seconds=lease)
+        delivery.leased_until = now + datetime.timedelta(seconds=lease_seconds(settings))
         Delivery.update(leased_until=delivery.leased_until, updated_at=now).where(
             Delivery.id == delivery.id
         ).execute()
@@ -94,11 +106,13 @@ def claim_due_delivery(settings: Settings) -> Delivery | None:
 
 def _due_deliveries(now: datetime.datetime) -> peewee.Select:
     """Pending deliveries that are due, not leased, to an enabled webhook, and next in line for
-    their resource; oldest first."""
+    their resource; oldest first. With the webhook's owner, whose current role decides whether
+    the delivery may still be sent."""
     query = (
-        Delivery.select(Delivery, Webhook, Event)
+        Delivery.select(Delivery, Webhook, Event, User)
         .join_from(Delivery, Webhook)
         .join_from(Delivery, Event)
+        .join_from(Webhook, User, peewee.JOIN.LEFT_OUTER)
         .where(
             Delivery.status == "pending",
             Delivery.next_attempt_at <= now,
@@ -135,9 +149,11 @@ def _earlier_event_not_fanned_out() -> peewee.Select:
     )
 
 
-def record(delivery: Delivery, outcome: Outcome, settings: Settings) -> tuple[int, str]:
-    """Keep the attempt and apply its verdict to the delivery (and, on 410, to the webhook).
-    Returns the attempt's number and verdict."""
+def record(
+    delivery: Delivery, outcome: Outcome, settings: Settings, result: str | None = None
+) -> tuple[int, str]:
+    """Keep the attempt and apply its verdict (`result`, or the outcome's) to the delivery (and,
+    on 410, to the webhook). Returns the attempt's number and verdict."""
     now = utc_now()
     with database.atomic():
         # Locked and re-read: a worker whose lease ran out may be recording this delivery too.
@@ -151,7 +167,7 @@ def record(delivery: Delivery, outcome: Outcome, settings: Settings) -> tuple[in
             response_status=outcome.status,
             error=outcome.error,
         )
-        result = verdict(outcome, number, settings.webhook_max_attempts)
+        result = result or verdict(outcome, number, settings.webhook_max_attempts)
         changes = {"attempts": number, "leased_until": None, "updated_at": now}
         if current.status == "pending":  # else that other worker's attempt has settled it
             changes.update(_next_state(result, number, now, settings))
@@ -175,6 +191,8 @@ def verdict(outcome: Outcome, attempts: int, max_attempts: int) -> str:
 
 
 def _next_state(result: str, attempts: int, now: datetime.datetime, settings: Settings) -> dict:
+    # Anything but a retry settles it: `failed`, `gone` and `withheld` (the owner's role no
+    # longer lets it be sent: see deliver_one) fail it.
     if result == "retry":
         return {"next_attempt_at": now + retry_delay(attempts, settings)}
     return {"status": "delivered" if result == "delivered" else "failed"}
@@ -194,8 +212,14 @@ def deliver_one(settings: Settings) -> bool:
     delivery = claim_due_delivery(settings)
     if delivery is None:
         return False
-    outcome = webhook_delivery.post(delivery.webhook, delivery.event, settings)
-    number, result = record(delivery, outcome, settings)
+    reason = delivery.webhook.withheld(delivery.event)
+    if reason is None:
+        outcome = webhook_delivery.post(delivery.webhook, delivery.event, settings)
+        number, result = record(delivery, outcome, settings)
+    else:
+        # Not attempted: failed, with the reason kept where the receiver's answer would be.
+        outcome = Outcome(status=None, error=f"not sent: {reason}", duration_ms=0)
+        number, result = record(delivery, outcome, settings, result="withheld")
     _log_attempt(delivery, number, outcome, result)
     return True
 

@@ -15,6 +15,7 @@ from app import create_app
 from models import MODELS
 from models.db import open_database, use
 from models.migrations import migrate
+from shopapi import security
 from shopapi.settings import Settings
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -120,6 +121,8 @@ def app(served):
     app, db = served
     use(db)  # the other backend's app may have been built since
     _empty(db)
+    # The ids start over, users' included: what the app knew of revocations would be wrong.
+    security.revocations_of(app).forget()
     yield app
     db.close()
 

@@ -14,6 +14,16 @@ from helpers import JWT_SECRET, RATE_LIMIT_SCALE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STARTUP_DEADLINE_SECONDS = 120
+# The options `make serve` gives uvicorn (tests/test_http_limits.py holds the Makefile to them):
+# the app reads X-Forwarded-For itself (FORWARDED_ALLOW_IPS), and the protocol limits a
+# request's head.
+SERVE_OPTIONS = (
+    "--no-proxy-headers",
+    "--http",
+    "shopapi.http_server:HttpProtocol",
+    "--timeout-keep-alive",
+    "5",
+)
 
 
 def free_port() -> int:
@@ -37,6 +47,7 @@ def live_server(database_url: str, **env):
             "--port",
             str(port),
             "--no-access-log",
+            *SERVE_OPTIONS,
             "--log-level",
             "warning",
         ],

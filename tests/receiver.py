@@ -4,6 +4,7 @@ request as the test scripts it and recording every request it gets."""
 import contextlib
 import dataclasses
 import http.server
+import select
 import ssl
 import threading
 from collections.abc import Callable
@@ -31,7 +32,31 @@ class Hold:
     status: int = 200
 
 
-Answer = int | Hold
+@dataclasses.dataclass(frozen=True)
+class Drip:
+    """Answer a byte every `interval` seconds and never finish the headers (for `seconds` at
+    most, or until `release` is set): a receiver that never answers yet never falls silent, so
+    a timeout per read never fires. Stops as soon as the client hangs up."""
+
+    release: threading.Event = dataclasses.field(default_factory=threading.Event)
+    interval: float = 0.1
+    seconds: float = 30
+
+    def answer(self, connection, write) -> None:
+        stream = b"HTTP/1.1 200 OK\r\nX-Drip: " + b"a" * 10_000
+        for byte in stream[: int(self.seconds / self.interval)]:
+            # Readable means the client closed (it sends nothing more after its request).
+            hung_up, _, _ = select.select([connection], [], [], 0)
+            if hung_up or self.release.is_set():
+                return
+            try:
+                write(bytes([byte]))
+            except OSError:
+                return
+            self.release.wait(self.interval)
+
+
+Answer = int | Hold | Drip
 
 
 def in_turn(*answers: Answer, then: Answer = 200) -> Callable[[Request], Answer]:
@@ -45,7 +70,7 @@ class Receiver:
         self.requests: list[Request] = []
         self._answer = answer
         self._lock = threading.Lock()
-        self._holds: list[Hold] = []
+        self._holds: list[Hold | Drip] = []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -53,6 +78,10 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 answer = receiver._take(Request(self.path, headers, body))
+                if isinstance(answer, Drip):
+                    self.close_connection = True
+                    answer.answer(self.connection, self.wfile.write)
+                    return
                 if isinstance(answer, Hold):
                     answer.release.wait(answer.seconds)
                     answer = answer.status
@@ -75,7 +104,7 @@ class Receiver:
         with self._lock:
             self.requests.append(request)
             answer = self._answer(request)
-            if isinstance(answer, Hold):
+            if isinstance(answer, Hold | Drip):
                 self._holds.append(answer)
             return answer
 

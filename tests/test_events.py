@@ -213,3 +213,49 @@ def test_version_2_shows_the_snapshot_in_its_representation(client, spelling):
     (event,) = client.get(spelling, headers=headers).json()["data"]
     assert event["data"]["price"] == {"amount": "12.50", "currency": "EUR"}
     assert "price_cents" not in event["data"]
+
+
+def test_only_an_admin_sees_who_acted(client, anonymous):
+    partner, customer = create_user(client, role="partner"), create_user(client)
+    as_partner, as_customer = bearer_for(partner), bearer_for(customer)
+    product = {"sku": "MUG-1", "name": "Mug", "price_cents": 100, "stock": 10}
+    mug = anonymous.post("/v1/products", json=product, headers=as_partner).json()
+    place_order(client, customer, (mug, 1))  # the customer's order, placed by staff
+    actors = {
+        e["type"]: (e["actor_subject"], e["actor_user_id"])
+        for e in events(client, **{"type[in]": "product.created,order.created"})
+    }
+    assert actors == {
+        "product.created": (str(partner["id"]), partner["id"]),
+        "order.created": ("client:tests", None),
+    }
+
+    # Anyone else gets an empty subject and no user: in the feed, an event, and in v2.
+    hidden = ("", None)
+    for caller in (as_partner, as_customer, bearer(str(customer["id"]), ["products:read"])):
+        shown = []
+        for path in ("/v1/events", "/v2/events"):
+            page = anonymous.get(path, headers=caller)
+            assert page.status_code == 200, page.text
+            for event in page.json()["data"]:
+                one = anonymous.get(f"/v1/events/{event['id']}", headers=caller).json()
+                shown += [event, one]
+        assert {e["type"] for e in shown} >= {"product.created"}
+        assert {(e["actor_subject"], e["actor_user_id"]) for e in shown} == {hidden}
+
+    # Nor can they ask who acted by filtering or sorting on it.
+    asking = [
+        ({"actor_user_id": partner["id"]}, "actor_user_id"),
+        ({"actor_user_id[ne]": "null"}, "actor_user_id[ne]"),
+        ({"actor_subject[contains]": "client"}, "actor_subject[contains]"),
+        ({"actor_subject[in]": "1,2,3"}, "actor_subject[in]"),
+        ({"sort": "id,-actor_subject"}, "sort"),
+    ]
+    for params, parameter in asking:
+        refused = assert_problem(
+            anonymous.get("/v1/events", params=params, headers=as_partner), 403
+        )
+        assert parameter in refused["detail"]
+        assert client.get("/v1/events", params=params).status_code == 200
+    mine = anonymous.get("/v1/events", params={"fields": "id,actor_subject"}, headers=as_partner)
+    assert {e["actor_subject"] for e in mine.json()["data"]} == {""}

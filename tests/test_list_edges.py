@@ -1,7 +1,12 @@
 """The list language's rules, one example each, and its refusals."""
 
+from urllib.parse import quote
+
 import pytest
+from contract_walk import operations
 from helpers import assert_problem, create_product, create_user, place_order
+
+from shopapi.list_contract import TEXT_FILTER_MAX_LENGTH, filterable, listed_properties
 
 
 def ids(response):
@@ -176,3 +181,106 @@ def test_an_in_filter_takes_a_comma_list_or_repeated_keys_alike(client, version)
     statuses = "status[in]=paid&status[in]=cancelled"
     assert ids(client.get(f"/v{version}/orders?{statuses}")) == [paid["id"]]
     assert pending["id"] not in ids(client.get(f"/v{version}/orders?{statuses}"))
+
+
+def _is_text(field: dict) -> bool:
+    """Text: a string that is no enum, time or decimal amount, whatever else its format."""
+    return (
+        field["type"] == "string"
+        and "enum" not in field
+        and field.get("format") not in ("date-time", "decimal")
+    )
+
+
+def _listed_fields(client):
+    """(list operation, {field name: its schema, every filter parameter of it}) of each list of
+    the served contracts."""
+    for op in operations(client):
+        resource = op.resolve.document["paths"][op.template.removeprefix(f"/v{op.version}")]
+        resource = resource["get"].get("x-list-of") if op.method == "GET" else None
+        if resource is None:
+            continue
+        schemas = op.resolve.document["components"]["schemas"]
+        fields = filterable(listed_properties(schemas[resource], schemas), schemas)
+        parameters = {p["name"]: p for p in op.query_parameters()}
+        yield (
+            op,
+            {
+                name: (field, {k: v for k, v in parameters.items() if k.partition("[")[0] == name})
+                for name, field in fields.items()
+            },
+        )
+
+
+def test_every_text_field_takes_contains_of_any_text_and_no_other_field_does(client):
+    """`[contains]` is on every text field, whatever its format (email, URI), its value any text
+    (a part of an email address is no email address); not on enums, times, amounts, numbers."""
+    texts = set()
+    for op, fields in _listed_fields(client):
+        for name, (field, parameters) in fields.items():
+            contains = parameters.get(f"{name}[contains]")
+            if not _is_text(field):
+                assert contains is None, (op, name)
+                continue
+            texts.add(name)
+            assert contains is not None, (op, name)
+            assert "format" not in contains["schema"], (op, name)
+            # Any text: in no field's format, a part of an email address or URL.
+            url = f"{op.url()}?{quote(name)}[contains]={quote('é@ a://')}"
+            assert client.get(url).status_code in (200, 404), (op, name)
+    assert {"email", "url", "name", "sku", "note"} <= texts
+
+
+def test_contains_finds_the_users_of_a_domain_and_the_webhooks_of_a_host(client):
+    ada = create_user(client, email="ada@example.com")
+    create_user(client, email="bob@elsewhere.org")
+    cy = create_user(client, email="cy@sub.EXAMPLE.com")
+    assert ids(client.get("/v1/users?email[contains]=example.com")) == [ada["id"], cy["id"]]
+    assert ids(client.get("/v2/users?email[contains]=@EXAMPLE.")) == [ada["id"]]
+    hooks = [
+        client.post("/v1/webhooks", json={"url": url, "events": ["order.created"]}).json()
+        for url in ("https://partner.example.com/hooks", "https://other.example.net/hooks")
+    ]
+    assert ids(client.get("/v1/webhooks?url[contains]=partner.example")) == [hooks[0]["id"]]
+
+
+def _text_of(field: dict, length: int) -> str:
+    """A value of `length` characters in the field's format."""
+    if field.get("format") == "email":
+        # Labels of at most 63 characters, the rest in the local part.
+        domain = ("a" * 63 + ".") * ((length - 70) // 64) + "b"
+        return "a" * (length - len(domain) - 1) + "@" + domain
+    if field.get("format") == "uri":
+        return "https://" + "a" * (length - 8)
+    return "a" * length
+
+
+def test_a_text_filter_value_is_at_most_as_long_as_the_field(client):
+    """A text value longer than the field's maxLength (else TEXT_FILTER_MAX_LENGTH) is a 400
+    naming it; at the limit it is a query like any other. SQLite used to answer a 64,000-character
+    `[contains]` with a 503, "database unavailable": its LIKE takes at most 50,000 bytes."""
+    user = create_user(client)
+    product = create_product(client, description="d", category="c")
+    assert place_order(client, user, (product, 1)).status_code == 201  # rows for LIKE to read
+    body = assert_problem(client.get("/v1/products?name[contains]=" + "a" * 64_000), 400)
+    assert body["errors"] == [
+        {"parameter": "name[contains]", "detail": "is longer than 200 characters"}
+    ]
+    checked = 0
+    for op, fields in _listed_fields(client):
+        for name, (field, parameters) in fields.items():
+            if not _is_text(field):
+                continue
+            limit = field.get("maxLength", TEXT_FILTER_MAX_LENGTH)
+            for parameter in parameters.values():
+                schema = parameter["schema"]
+                assert schema.get("items", schema)["maxLength"] == limit, (op, parameter)
+            names = [quote(parameter, safe="[]") for parameter in parameters]
+            too_long = "&".join(f"{n}={_text_of(field, limit + 1)}" for n in names)
+            body = assert_problem(client.get(f"{op.url(id=user['id'])}?{too_long}"), 400)
+            assert sorted(e["parameter"] for e in body["errors"]) == sorted(parameters), op
+            at_limit = "&".join(f"{n}={_text_of(field, limit)}" for n in names)
+            response = client.get(f"{op.url(id=user['id'])}?{at_limit}")
+            assert response.status_code == 200, (op, name, response.text)
+            checked += 1
+    assert checked > 30  # the text fields of every list

@@ -14,6 +14,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0004_idempotency_keys",
         "m0005_sqlite_ids_never_reused",
         "m0006_events_and_webhooks",
+        "m0007_credential_revocation",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -31,6 +32,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "webhook",
             "delivery",
             "delivery_attempt",
+            "revocation",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
         assert recorded == [
@@ -40,6 +42,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0004_idempotency_keys",),
             ("m0005_sqlite_ids_never_reused",),
             ("m0006_events_and_webhooks",),
+            ("m0007_credential_revocation",),
         ]
 
 

@@ -7,7 +7,11 @@ The spec's limits are scaled down here (RATE_LIMIT_SCALE) so a test reaches them
 """
 
 import contextlib
+import itertools
 import os
+import pathlib
+import subprocess
+import sys
 import time
 import uuid
 
@@ -15,12 +19,13 @@ import httpx
 import pytest
 import redis
 import yaml
-from helpers import assert_problem, bearer
-from live import live_server
+from helpers import JWT_SECRET, assert_problem, bearer, create_user
+from live import ROOT, STARTUP_DEADLINE_SECONDS, free_port, live_server
 from metrics_text import sample_sum
 from tcp_proxy import TcpProxy
 
 from app import SPEC_DIR
+from shopapi.clients import TrustedProxies
 from shopapi.operations import operations_of
 from shopapi.rate_limits import scaled
 
@@ -214,3 +219,186 @@ def test_without_redis_requests_are_served_and_limits_resume_when_it_returns(app
                 time.sleep(0.2)
             # The count kept in Redis is back in force: this client is still over its quota.
             assert_problem(response, 429)
+
+
+# Whose address: forwarded headers are believed only from the proxies FORWARDED_ALLOW_IPS names.
+
+
+@pytest.mark.parametrize(
+    ("trusted", "peer", "forwarded_for", "client"),
+    [
+        ((), "127.0.0.1", "203.0.113.7", None),  # by default no proxy is trusted, loopback neither
+        (("10.0.0.0/8",), "192.0.2.1", "203.0.113.7", None),  # a peer that is not a named proxy
+        (("127.0.0.1",), "127.0.0.1", "203.0.113.7", "203.0.113.7"),
+        (("127.0.0.1",), "127.0.0.1", "203.0.113.7:4711", "203.0.113.7"),
+        (("127.0.0.1",), "127.0.0.1", "[2001:DB8:0::7]:443", "2001:db8::7"),
+        (("127.0.0.1",), "127.0.0.1", "::ffff:203.0.113.7", "203.0.113.7"),
+        # Each proxy appends who it heard from: what the client wrote itself is further left.
+        (("127.0.0.1", "10.0.0.0/8"), "127.0.0.1", "6.6.6.6, 203.0.113.7, 10.0.0.2", "203.0.113.7"),
+        # Not an address: ignored, with whatever is before it; the proxy is the client.
+        (("127.0.0.1",), "127.0.0.1", "not-an-address", "127.0.0.1"),
+        (("127.0.0.1",), "127.0.0.1", "203.0.113.7, unknown", "127.0.0.1"),
+        (("127.0.0.1",), "127.0.0.1", "fe80::1%eth0", "127.0.0.1"),
+        (("127.0.0.1",), "127.0.0.1", "", "127.0.0.1"),
+        (("::1",), "::1", "203.0.113.7", "203.0.113.7"),
+    ],
+)
+def test_the_client_address_behind_trusted_proxies(trusted, peer, forwarded_for, client):
+    assert TrustedProxies(trusted).client(peer, forwarded_for) == client
+
+
+GUESS = "wrong-password"
+
+
+def _password_grants(base: str, forwarded_fors, usernames, password=GUESS):
+    """One password grant per (X-Forwarded-For, username); the statuses, with the last answer."""
+    statuses, response = [], None
+    with httpx.Client(base_url=base, timeout=60) as http:
+        for forwarded_for, username in zip(forwarded_fors, usernames, strict=True):
+            response = http.post(
+                "/v1/oauth/token",
+                data={"grant_type": "password", "username": username, "password": password},
+                headers={"X-Forwarded-For": forwarded_for},
+            )
+            statuses.append(response.status_code)
+    return statuses, response
+
+
+def _rotating_forwarded_fors(n: int) -> list[str]:
+    """Addresses and things that are not, all different."""
+    return [f"198.51.100.{i}" if i % 2 else f"spoofed-{i}" for i in range(n)]
+
+
+def _strangers(n: int) -> list[str]:
+    """Unknown usernames, all different: no account's limit is reached."""
+    return [f"stranger-{uuid.uuid4().hex}@example.com" for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_rotating_forwarded_addresses_from_an_untrusted_peer_are_one_address(app, database_url):
+    # The spec's own limits: the token endpoint takes 20 requests a minute from an address.
+    with live_server(database_url, RATE_LIMIT_SCALE="1") as base:
+        statuses, refused = _password_grants(base, _rotating_forwarded_fors(30), _strangers(30))
+    assert statuses == [400] * 20 + [429] * 10
+    assert_problem(refused, 429)
+
+
+@pytest.mark.slow
+def test_a_trusted_proxy_makes_the_forwarded_address_count(app, database_url):
+    with live_server(database_url, RATE_LIMIT_SCALE="1", FORWARDED_ALLOW_IPS="127.0.0.1") as base:
+        # One client behind the proxy, however the chain before the proxy reads.
+        chains = ["203.0.113.7", "6.6.6.6, 203.0.113.7", "[::ffff:203.0.113.7]:1234"] * 7
+        statuses, _ = _password_grants(base, chains, _strangers(21))
+        assert statuses == [400] * 20 + [429]
+        # Another client behind it has its own quota.
+        assert _password_grants(base, ["203.0.113.8"], _strangers(1))[0] == [400]
+        # What is not an address is ignored: those requests are the proxy's own, one address.
+        spoofed = [f"spoofed-{i}" for i in range(21)]
+        statuses, _ = _password_grants(base, spoofed, _strangers(21))
+        assert statuses == [400] * 20 + [429]
+
+
+@pytest.mark.slow
+def test_wrong_passwords_for_one_account_are_limited_from_any_address(client, database_url):
+    create_user(client, email="dora@example.com", password="dora-password")
+    # Every request from its own address, as the trusted proxy says: no address is limited.
+    addresses = [f"198.51.100.{i}" for i in range(1, 31)]
+    with live_server(database_url, RATE_LIMIT_SCALE="1", FORWARDED_ALLOW_IPS="127.0.0.1") as base:
+        statuses, refused = _password_grants(base, addresses[:15], ["dora@example.com"] * 15)
+        # 10 wrong passwords in 15 minutes, then the account is closed to logins.
+        assert statuses == [400] * 10 + [429] * 5
+        body = assert_problem(refused, 429)
+        assert "this account" in body["detail"]
+        assert 0 < int(refused.headers["retry-after"]) <= 15 * 60
+        assert refused.headers["ratelimit-policy"] == "10;w=900"
+        # Even the right password, in another case, from yet another address: not checked.
+        right = _password_grants(base, addresses[15:16], ["Dora@Example.com"], "dora-password")
+        assert right[0] == [429]
+        # Another account is not affected.
+        others = _password_grants(base, addresses[16:17], ["nobody@example.com"])
+        assert others[0] == [400]
+
+
+@pytest.mark.slow
+def test_the_production_server_believes_no_forwarded_address_by_default(app, database_url):
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "JWT_SECRET": JWT_SECRET,
+        "RATE_LIMIT_SCALE": "1",
+        "BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "1",
+    }
+    env.pop("FORWARDED_ALLOW_IPS", None)
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    process = subprocess.Popen(
+        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+        while True:
+            try:
+                httpx.get(f"{base}/v1/openapi.json", timeout=10)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("gunicorn did not start") from None
+                time.sleep(0.2)
+        statuses, _ = _password_grants(base, _rotating_forwarded_fors(21), _strangers(21))
+        assert statuses == [400] * 20 + [429]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+# Wrong passwords per account, in-process: the limit scaled to 5 (10 x 0.5).
+
+
+@pytest.fixture
+def half(app_with):
+    return app_with(rate_limit_scale=0.5).test_client()
+
+
+def _elsewhere(client):
+    """The same app from another address, with a quota of its own."""
+    return client.app.test_client(client=(f"192.0.2.{next(_addresses)}", 50000))
+
+
+_addresses = itertools.count(1)
+
+
+def _login(client, username, password):
+    form = {"grant_type": "password", "username": username, "password": password}
+    return client.post("/v1/oauth/token", data=form)
+
+
+def test_an_account_with_too_many_wrong_passwords_cannot_be_logged_in_to(half, client):
+    create_user(client, email="erin@example.com", password="erin-password")
+    for _ in range(5):
+        assert _login(half, "erin@example.com", "wrong-password").status_code == 400
+    refused = _login(half, "ERIN@example.com", "erin-password")
+    body = assert_problem(refused, 429)
+    assert "this account" in body["detail"]
+    assert 0 < int(refused.headers["retry-after"]) <= 15 * 60
+    assert refused.headers["ratelimit-limit"] == "5"
+    assert refused.headers["ratelimit-policy"] == "5;w=900"
+    # An account that does not exist is limited the same way: the 429 tells nothing.
+    elsewhere = _elsewhere(half)
+    for _ in range(5):
+        assert _login(elsewhere, "nobody@example.com", "wrong-password").status_code == 400
+    assert_problem(_login(_elsewhere(half), "nobody@example.com", "wrong-password"), 429)
+
+
+def test_logins_that_succeed_do_not_count(half, client):
+    create_user(client, email="fred@example.com", password="fred-password")
+    for _ in range(4):
+        assert _login(half, "fred@example.com", "wrong-password").status_code == 400
+    for _ in range(3):
+        assert _login(half, "fred@example.com", "fred-password").status_code == 200
+    assert _login(half, "fred@example.com", "wrong-password").status_code == 400
+    assert_problem(_login(half, "fred@example.com", "fred-password"), 429)

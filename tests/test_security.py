@@ -133,6 +133,20 @@ def test_a_bad_token_is_401_with_a_challenge(anonymous, case):
     assert f'error_description="{body["detail"].replace(chr(34), chr(92) + chr(34))}"' in challenge
 
 
+def test_a_token_whose_times_are_not_numbers_is_401_every_time(anonymous):
+    """`exp`, `iat` and `nbf` are JSON numbers (RFC 7519 NumericDate). jose took a numeric
+    string for one, and the token's kept claims then failed the next request with a 500; it
+    failed on Infinity or a list itself."""
+    now = int(time.time())
+    times = {"exp": now + 300, "iat": now, "nbf": now}
+    for claim, valid in times.items():
+        for value in (str(valid), [valid], float("inf"), True):
+            headers = {"Authorization": f"Bearer {_signed(claims(**{claim: value}))}"}
+            for _ in range(2):  # the second time, a token of ours is checked from kept claims
+                body = assert_problem(anonymous.get("/v1/products", headers=headers), 401)
+                assert "must be numbers" in body["detail"], (claim, value)
+
+
 def test_a_token_accepted_before_is_refused_once_it_expires(anonymous):
     """Tokens issued here are checked once and their claims kept (shopapi/tokens.py); a kept
     token still expires. This one is past its exp but within the 30 s leeway for ~1.5 s."""
@@ -288,7 +302,12 @@ CASES = {
     "get_user": lambda admin, me: (me["id"], None),
     "replace_user": lambda admin, me: (
         me["id"],
-        {"email": me["email"], "name": "R", "password": "12345678"},
+        {
+            "email": me["email"],
+            "name": "R",
+            "password": "12345678",
+            "current_password": "correct horse",  # helpers.create_user's
+        },
     ),
     "update_user": lambda admin, me: (me["id"], {"name": "Renamed"}),
     "delete_user": lambda admin, me: (me["id"], None),
@@ -440,11 +459,23 @@ def test_only_an_admin_sets_a_role(client, anonymous, two_customers):
         )
         assert "admin" in body["detail"]
     assert client.get(f"/v1/users/{ann['id']}").json()["role"] == "customer"
-    # Restating the current role, or leaving it out of a PUT, is not a change.
-    same = {"email": ann["email"], "name": "A", "password": "12345678", "role": "customer"}
+    # Restating the current role, or leaving it out of a PUT, is not a change. (A PUT of your
+    # own record restates the password too: it takes the current one, tests/test_revocation.py.)
+    same = {
+        "email": ann["email"],
+        "name": "A",
+        "password": "correct horse",
+        "current_password": "correct horse",
+        "role": "customer",
+    }
     assert anonymous.put(f"/v1/users/{ann['id']}", json=same, headers=as_ann).status_code == 200
     partner = create_user(client, role="partner")
-    without_role = {"email": partner["email"], "name": "P", "password": "12345678"}
+    without_role = {
+        "email": partner["email"],
+        "name": "P",
+        "password": "correct horse",
+        "current_password": "correct horse",
+    }
     response = anonymous.put(
         f"/v1/users/{partner['id']}", json=without_role, headers=bearer_for(partner)
     )

@@ -145,3 +145,16 @@ def test_the_webhook_workers_settings_come_from_the_environment():
 def test_a_bad_worker_setting_is_refused_naming_the_variable(name, value):
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env({name: value})
+
+
+def test_forwarded_headers_are_believed_from_no_proxy_unless_named():
+    assert Settings.from_env({}).forwarded_allow_ips == ()
+    named = Settings.from_env({"FORWARDED_ALLOW_IPS": " 10.0.0.5, 10.1.0.0/16,2001:db8::/32 "})
+    assert named.forwarded_allow_ips == ("10.0.0.5", "10.1.0.0/16", "2001:db8::/32")
+
+
+@pytest.mark.parametrize("value", ["*", "proxy.internal", "10.0.0.1/24", "10.0.0.300"])
+def test_trusted_proxies_are_addresses_or_networks(value):
+    # Not `*`: every peer could then say whose request it is (0.0.0.0/0,::/0 if that is meant).
+    with pytest.raises(ConfigurationError, match="FORWARDED_ALLOW_IPS"):
+        Settings.from_env({"FORWARDED_ALLOW_IPS": value})

@@ -1,4 +1,4 @@
-from helpers import assert_problem, create_product, create_user, place_order
+from helpers import assert_problem, bearer, bearer_for, create_product, create_user, place_order
 
 from models import User
 
@@ -69,3 +69,38 @@ def test_an_id_filter_on_a_users_orders_filters_the_orders_not_the_user(client):
     assert [order["id"] for order in listed] == [adas["id"]]
     assert client.get(f"/v1/users/{bob['id']}/orders?id={adas['id']}").json()["data"] == []
     assert_problem(client.get(f"/v1/users/999999/orders?id={adas['id']}"), 404)
+
+
+def test_a_user_learns_which_emails_are_taken_only_a_few_times_a_day(app_with, client):
+    """A taken email is 409, which tells that someone has it. Users are created by admins only,
+    so a customer could otherwise test a list of emails at the API's rate: without `admin`, 5
+    taken emails a day, then no more answers until the day is over."""
+    limited = app_with(rate_limit_scale=1).test_client()
+    carol = create_user(client, email="carol@example.com", password="carol-password")
+    taken = [create_user(client)["email"] for _ in range(6)]
+    as_carol = bearer_for(carol)
+    proof = {"current_password": "carol-password"}
+
+    def change_email(email, method="PATCH"):
+        body = {"email": email, **proof}
+        if method == "PUT":
+            body.update(name=carol["name"], password="carol-password")
+        url = f"/v1/users/{carol['id']}"
+        return limited.request(method, url, json=body, headers=as_carol)
+
+    assert_problem(change_email(taken[0], "PUT"), 409)  # replacing and patching count together
+    for email in taken[1:5]:
+        assert_problem(change_email(email), 409)
+    refused = change_email(taken[5])
+    body = assert_problem(refused, 429)
+    assert "email" in body["detail"]
+    assert 0 < int(refused.headers["retry-after"]) <= 24 * 3600
+    # Every change of email is refused now, to a free one too: no answer tells them apart.
+    assert_problem(change_email("carol.new@example.com"), 429)
+    assert client.get(f"/v1/users/{carol['id']}").json()["email"] == "carol@example.com"
+    # What does not change the email goes on; an admin (who lists every user) is not counted.
+    url = f"/v1/users/{carol['id']}"
+    assert limited.patch(url, json={"name": "Carol C."}, headers=as_carol).status_code == 200
+    restated = limited.patch(url, json={"email": carol["email"], **proof}, headers=as_carol)
+    assert restated.status_code == 200
+    assert_problem(limited.patch(url, json={"email": taken[5]}, headers=bearer()), 409)

@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import orjson
@@ -17,13 +18,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from helpers import bearer, create_product, create_user, place_order
-from receiver import Hold, Receiver, in_turn
+from receiver import Drip, Hold, Receiver, in_turn
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.db import database
-from shopapi import push, webhook_delivery, webhook_signatures
+from shopapi import push, webhook_delivery, webhook_signatures, webhook_targets
 from shopapi.settings import Settings
+from shopapi.worker import fan_out
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST = {
@@ -46,14 +48,21 @@ def _webhook(url: str, types: list[str], **fields) -> Webhook:
     return webhook
 
 
-def _event(type: str, resource_id: int = 1, owner_id: int | None = None, **data) -> Event:
+def _event(
+    type: str,
+    resource_id: int = 1,
+    owner_id: int | None = None,
+    actor: tuple[str, int | None] = ("client:tests", None),
+    **data,
+) -> Event:
     resource_type = type.partition(".")[0]
     return Event.create(
         type=type,
         resource_type=resource_type,
         resource_id=resource_id,
         owner_id=owner_id,
-        actor_subject="client:tests",
+        actor_subject=actor[0],
+        actor_user_id=actor[1],
         data=orjson.dumps({"id": resource_id, **data}).decode(),
     )
 
@@ -325,6 +334,48 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(start_worker):
     assert 250 <= attempt.duration_ms < 3000  # it waited for the timeout, not for the receiver
 
 
+def test_a_receiver_that_drips_its_answer_costs_one_attempt_that_ends_at_the_deadline(
+    start_worker,
+):
+    # A byte every 0.1 s for 30 s: a timeout per read (0.5 s) never fires. The attempt has one
+    # deadline instead, well inside its lease (timeout + 5 s), so the second delivery thread
+    # never takes the delivery over and sends it again while the first still waits.
+    with Receiver(lambda request: Drip(interval=0.1, seconds=30)) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        start_worker(
+            WEBHOOK_TIMEOUT_SECONDS="0.5", WEBHOOK_MAX_ATTEMPTS="1", WEBHOOK_WORKER_THREADS="2"
+        )
+        delivery = _settled(_delivery_of(event, webhook).id, "failed", seconds=15)
+        sent = _event_ids(receiver.requests)
+
+    [attempt] = _attempts(delivery)
+    assert attempt.response_status is None
+    assert attempt.error == "no answer within 0.5 s"
+    assert 450 <= attempt.duration_ms < 3000  # the deadline, not the receiver's 30 s
+    assert sent == [event.id]
+
+
+def test_a_resolver_that_does_not_answer_ends_the_attempt_at_its_deadline(monkeypatch):
+    answering = threading.Event()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "partner.example":
+            answering.wait(30)  # a resolver that never answers (until the test ends)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    webhook, event = _unsaved("https://partner.example/hook")
+    try:
+        outcome = webhook_delivery.post(webhook, event, Settings(webhook_timeout_seconds=0.3))
+    finally:
+        answering.set()
+    assert outcome.status is None
+    assert outcome.error == "no answer within 0.3 s"
+    assert 250 <= outcome.duration_ms < 3000
+
+
 # -- Crashes and stops
 
 
@@ -338,7 +389,7 @@ def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
         first.kill()
         held.release.set()
         start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
-        # The dead worker's lease (2 x timeout + 5 s) has to run out first.
+        # The dead worker's lease (timeout + 5 s) has to run out first.
         delivery = _settled(_delivery_of(event, webhook).id, seconds=15)
 
     assert _event_ids(receiver.requests) == [event.id, event.id]
@@ -449,6 +500,209 @@ def test_a_private_target_is_refused_without_connecting(start_worker):
     assert attempt.response_status is None
     assert attempt.error == "refused: the URL is a private, loopback or reserved address"
     assert receiver.requests == []
+
+
+def test_an_address_registered_in_another_form_is_refused_without_connecting(start_worker):
+    # URLs stored before registration refused these forms: the worker refuses them too.
+    with Receiver(in_turn()) as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        forms = {
+            f"http://[64:ff9b::127.0.0.1]:{port}/hook": "an IPv4 address in IPv6 form",
+            f"http://[::127.0.0.1]:{port}/hook": "an IPv4 address in IPv6 form",
+            f"http://[2002:7f00:1::1]:{port}/hook": "an IPv4 address in IPv6 form",
+            f"http://127.1:{port}/hook": "other than as four decimal numbers",
+            # Full-width digits, which IDNA turns into 127.0.0.1 (the contract's `uri` format
+            # refuses them at registration).
+            f"http://\uff11\uff12\uff17.\uff10.\uff10.\uff11:{port}/hook": "other than as four",
+        }
+        webhooks = {url: _webhook(url, ["order.created"]) for url in forms}
+        event = _event("order.created", owner_id=7)
+        start_worker(WEBHOOK_ALLOW_PRIVATE="0", WEBHOOK_MAX_ATTEMPTS="1")
+        errors = {
+            url: [a.error for a in _attempts(_settled(_delivery_of(event, hook).id, "failed"))]
+            for url, hook in webhooks.items()
+        }
+
+    assert receiver.requests == []
+    for url, reason in forms.items():
+        [error] = errors[url]
+        assert error.startswith("refused: the URL "), error
+        assert reason in error, error
+
+
+IPV4_IN_IPV6 = "an IPv4 address in IPv6 form (mapped, compatible, NAT64, 6to4 or Teredo)"
+PRIVATE = "a private, loopback or reserved address"
+# What a name may resolve to, and why the worker refuses it.
+RESOLVED_ADDRESSES = {
+    "64:ff9b::7f00:1": IPV4_IN_IPV6,  # NAT64 of 127.0.0.1
+    "64:ff9b::a9fe:a9fe": IPV4_IN_IPV6,  # NAT64 of 169.254.169.254
+    "64:ff9b::808:808": IPV4_IN_IPV6,  # NAT64 of a public address: refused all the same
+    "64:ff9b:1::a00:1": IPV4_IN_IPV6,
+    "2002:7f00:1::1": IPV4_IN_IPV6,  # 6to4
+    "2002:a00:1::": IPV4_IN_IPV6,
+    "::7f00:1": IPV4_IN_IPV6,  # IPv4-compatible
+    "::ffff:7f00:1": IPV4_IN_IPV6,  # IPv4-mapped
+    "::ffff:a00:1": IPV4_IN_IPV6,
+    "::ffff:0:a00:1": IPV4_IN_IPV6,  # IPv4-translated
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2": IPV4_IN_IPV6,  # Teredo
+    "::1": PRIVATE,
+    "::": PRIVATE,
+    "fe80::1": PRIVATE,
+    "fec0::1": PRIVATE,
+    "fd12:3456::1": PRIVATE,
+    "ff02::1": PRIVATE,
+    "2001:db8::1": PRIVATE,
+    "100::1": PRIVATE,
+    "127.0.0.1": PRIVATE,
+    "10.1.2.3": PRIVATE,
+    "100.64.0.1": PRIVATE,
+    "169.254.169.254": PRIVATE,
+    "0.0.0.0": PRIVATE,  # noqa: S104 (an address refused, not one bound to)
+    "224.0.0.1": PRIVATE,
+}
+PUBLIC_ADDRESSES = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "2a00:1450:4001::200e"]
+
+
+def test_the_worker_refuses_a_name_that_resolves_to_any_such_address(monkeypatch):
+    answer = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "partner.example":
+            return real(host, port, *args, **kwargs)
+        address = answer["address"]
+        if ":" in address:
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    webhook, event = _unsaved("https://partner.example/hook")
+    errors = {}
+    for address in RESOLVED_ADDRESSES:
+        answer["address"] = address
+        errors[address] = webhook_delivery.post(webhook, event, Settings()).error
+    assert errors == {
+        address: f"refused: partner.example resolves to {address}, {reason}"
+        for address, reason in RESOLVED_ADDRESSES.items()
+    }
+    assert {a: webhook_targets.address_refusal(a) for a in PUBLIC_ADDRESSES} == dict.fromkeys(
+        PUBLIC_ADDRESSES
+    )
+
+
+# -- Whose webhook it is
+
+
+def test_deliveries_follow_the_owners_current_role(client, start_worker):
+    customer = create_user(client)
+    demoted_partner = create_user(client, role="partner")
+    demoted_admin = create_user(client, role="admin")
+    partner = create_user(client, role="partner")
+    owners = {
+        "demoted-partner": demoted_partner,
+        "demoted-admin": demoted_admin,
+        "partner": partner,
+    }
+    types = ["product.created", "order.created"]
+    with Receiver(in_turn()) as receiver:
+        hooks = {
+            name: _webhook(f"{receiver.url}/{name}", types, owner=owner["id"])
+            for name, owner in owners.items()
+        }
+        staff = (str(demoted_admin["id"]), demoted_admin["id"])
+        before = [
+            _event("product.created", 1, actor=staff),
+            _event("order.created", 1, owner_id=customer["id"], actor=staff),
+        ]
+        fan_out(push.transport("none"))  # their deliveries are made under the old roles
+        for user, role in ((demoted_partner, "customer"), (demoted_admin, "partner")):
+            changed = client.patch(f"/v1/users/{user['id']}", json={"role": role})
+            assert changed.status_code == 200, changed.text
+        after = [
+            _event("product.created", 2, actor=staff),
+            _event("order.created", 2, owner_id=customer["id"], actor=staff),
+        ]
+        start_worker()
+        wait_for(
+            lambda: (
+                not Event.select().where(Event.dispatched_at.is_null()).exists()
+                and not Delivery.select().where(Delivery.status == "pending").exists()
+            ),
+            "every event fanned out and every delivery settled",
+            seconds=20,
+        )
+
+    received = {name: [] for name in hooks}
+    for request in receiver.requests:
+        received[request.path.rsplit("/", 1)[1]].append(request.json)
+    assert {name: [e["id"] for e in got] for name, got in received.items()} == {
+        "demoted-partner": [],  # a customer now: no webhooks
+        "demoted-admin": [before[0].id, after[0].id],  # a partner now: the catalogue only
+        "partner": [before[0].id, after[0].id],
+    }
+    # And, no admin any more, not who acted.
+    assert {(e["actor_subject"], e["actor_user_id"]) for e in received["demoted-admin"]} == {
+        ("", None)
+    }
+
+    def log(name):
+        url = f"/v1/webhooks/{hooks[name].id}/deliveries"
+        return [
+            (
+                d["event_id"],
+                d["status"],
+                [(a["response_status"], a["error"]) for a in d["attempts"]],
+            )
+            for d in client.get(url).json()["data"]
+        ]
+
+    assert log("demoted-partner") == [
+        (
+            before[0].id,
+            "failed",
+            [
+                (
+                    None,
+                    f"not sent: the webhook's owner (user {demoted_partner['id']}) is now a "
+                    "customer, without the webhooks scope",
+                )
+            ],
+        )
+    ]
+    not_seen = f"not sent: the webhook's owner (user {demoted_admin['id']}) may no longer see"
+    assert log("demoted-admin") == [
+        (before[0].id, "delivered", [(200, None)]),
+        (before[1].id, "failed", [(None, f"{not_seen} this event")]),
+        (after[0].id, "delivered", [(200, None)]),
+    ]
+
+
+def test_only_an_admins_webhook_is_told_who_acted(client, start_worker):
+    admin, partner = create_user(client, role="admin"), create_user(client, role="partner")
+    with Receiver(in_turn()) as receiver:
+        _webhook(f"{receiver.url}/admin", ["product.created"], owner=admin["id"])
+        _webhook(f"{receiver.url}/partner", ["product.created"], owner=partner["id"])
+        _webhook(
+            f"{receiver.url}/partner-v2", ["product.created"], owner=partner["id"], api_version=2
+        )
+        _webhook(f"{receiver.url}/no-user", ["product.created"])  # an admin's OAuth client's
+        _event("product.created", 5, actor=("api-key:3", admin["id"]))
+        start_worker()
+        wait_for(lambda: len(receiver.requests) == 4, "the four deliveries", seconds=20)
+
+    actors = {
+        request.path.rsplit("/", 1)[1]: (
+            request.json["actor_subject"],
+            request.json["actor_user_id"],
+        )
+        for request in receiver.requests
+    }
+    assert actors == {
+        "admin": ("api-key:3", admin["id"]),
+        "no-user": ("api-key:3", admin["id"]),
+        "partner": ("", None),
+        "partner-v2": ("", None),
+    }
 
 
 def _unsaved(url: str) -> tuple[Webhook, Event]:

@@ -55,6 +55,71 @@ def test_a_url_that_may_not_receive_webhooks_is_400(client, url):
     assert_problem(client.patch(f"/v1/webhooks/{webhook['id']}", json={"url": url}), 400)
 
 
+# Addresses written so that a check of the usual form misses them. Each is refused with
+# WEBHOOK_ALLOW_PRIVATE off (the `client` fixture's app), the public ones too: the address
+# itself, as a.b.c.d, is the one to register.
+ADDRESS_FORMS = [
+    # IPv4 inside IPv6: mapped, translated, compatible, NAT64 (both prefixes), 6to4, Teredo
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://[::ffff:7f00:1]/hook",
+    "http://[::ffff:8.8.8.8]/hook",
+    "http://[::ffff:0:a9fe:a9fe]/hook",
+    "http://[::127.0.0.1]/hook",
+    "http://[::a9fe:a9fe]/hook",
+    "http://[64:ff9b::127.0.0.1]/hook",
+    "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",
+    "http://[64:ff9b::8.8.8.8]/hook",
+    "http://[64:ff9b:1::a00:1]/hook",
+    "http://[2002:7f00:1::1]/hook",
+    "http://[2002:a9fe:a9fe::]/hook",
+    "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",
+    # IPv6 outside global unicast
+    "http://[fec0::1]/hook",
+    "http://[fd00::1]/hook",
+    "http://[::]/hook",
+    # IPv4 other than as four decimal numbers
+    "http://127.1/hook",
+    "http://127.0.1/hook",
+    "http://0x7f000001/hook",
+    "http://0x7f.0.0.1/hook",
+    "http://2130706433/hook",
+    "http://0177.0.0.1/hook",
+    "http://010.0.0.1/hook",
+    "http://0/hook",
+    "http://0x08080808/hook",
+    "http://127.0.0.1.1/hook",
+]
+# Not addresses, or public ones written plainly: still fine.
+NOT_ADDRESS_FORMS = [
+    "https://8.8.8.8/hook",
+    "https://[2606:4700:4700::1111]/hook",
+    "https://10.example.com/hook",
+    "https://0x7f.example.com/hook",
+    "https://hooks.example.com./hook",
+]
+
+
+def test_an_address_in_any_other_form_is_refused_at_registration(client):
+    webhook = client.post("/v1/webhooks", json=HOOK).json()
+    wrong = {}
+    for url in ADDRESS_FORMS:
+        answers = (
+            client.post("/v1/webhooks", json={**HOOK, "url": url}),
+            client.patch(f"/v1/webhooks/{webhook['id']}", json={"url": url}),
+        )
+        for answer in answers:
+            problem = answer.json() if answer.status_code == 400 else {}
+            pointers = [error.get("pointer") for error in problem.get("errors", [])]
+            if answer.headers["content-type"] != "application/problem+json" or pointers != ["/url"]:
+                wrong[url] = (answer.status_code, answer.text)
+    for url in NOT_ADDRESS_FORMS:
+        answer = client.post("/v1/webhooks", json={**HOOK, "url": url})
+        if answer.status_code != 201:
+            wrong[url] = (answer.status_code, answer.text)
+    assert wrong == {}
+    assert client.get(f"/v1/webhooks/{webhook['id']}").json()["url"] == HOOK["url"]
+
+
 def test_private_targets_are_allowed_when_configured(app_with):
     client = app_with(webhook_allow_private=True).test_client()
     client.headers.update(bearer())

@@ -1,0 +1,79 @@
+"""Revocation of what a user was issued, when the user is deleted or their password, email or
+role changes.
+
+Each user has a credentials version, which every access and refresh token issued to them
+carries. A change bumps it, in the change's transaction, and records a `Revocation` row of the
+new version; the access tokens of an earlier version are then refused (shopapi/revocations.py
+keeps every process's view of these rows) and the user's refresh tokens are revoked.
+
+The rows are read by id (`id > the last one seen`), so they must become visible in id order: on
+PostgreSQL, where sequence values are handed out before commit, recording takes a lock on the
+table that orders the recording transactions (reads are not blocked). SQLite has one writer at a
+time anyway.
+"""
+
+import peewee
+
+from models.db import database, is_postgresql
+from models.fields import UTCDateTimeField, utc_now
+from models.refresh_token import RefreshToken
+from models.user import User
+
+# Revocations recorded by this process: a change here makes its own process look at once
+# (shopapi/revocations.py), rather than at its next scheduled refresh.
+_recorded_here = 0
+
+
+def recorded_here() -> int:
+    return _recorded_here
+
+
+class Revocation(peewee.Model):
+    """The tokens of `user_id` older than `credentials_version` are revoked since `revoked_at`."""
+
+    user_id = peewee.BigIntegerField()  # no foreign key: a deleted user's row stays
+    credentials_version = peewee.IntegerField()
+    revoked_at = UTCDateTimeField(default=utc_now, index=True)
+
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+    @classmethod
+    def record(cls, user: User) -> None:
+        """Revoke every access and refresh token issued to `user` so far. Call it in the
+        transaction of the change (a deletion, a new password, email or role), which then
+        commits or rolls back with it; `user.credentials_version` is the new version after."""
+        global _recorded_here
+        if not database.in_transaction():
+            raise RuntimeError("a revocation is recorded in the transaction of its change")
+        User.update(credentials_version=User.credentials_version + 1).where(
+            User.id == user.id
+        ).execute()
+        user.credentials_version = (
+            User.select(User.credentials_version).where(User.id == user.id).scalar()
+        )
+        if is_postgresql():
+            database.execute_sql(f'LOCK TABLE "{cls._meta.table_name}" IN EXCLUSIVE MODE')
+        cls.create(user_id=user.id, credentials_version=user.credentials_version)
+        RefreshToken.revoke_all_of(user.id)
+        _recorded_here += 1
+
+    @classmethod
+    def after(cls, last_id: int) -> list[tuple[int, int, int, float]]:
+        """(id, user id, credentials version, revoked at as a POSIX time) of the rows after
+        `last_id`, in id order."""
+        return [
+            (row.id, row.user_id, row.credentials_version, row.revoked_at.timestamp())
+            for row in cls.select().where(cls.id > last_id).order_by(cls.id)
+        ]
+
+    @classmethod
+    def since(cls, cutoff) -> tuple[int, list[tuple[int, int, int, float]]]:
+        """The last id, and the rows up to it revoked at or after `cutoff` (a datetime)."""
+        last_id = cls.select(peewee.fn.MAX(cls.id)).scalar() or 0
+        rows = cls.select().where((cls.id <= last_id) & (cls.revoked_at >= cutoff))
+        return last_id, [
+            (row.id, row.user_id, row.credentials_version, row.revoked_at.timestamp())
+            for row in rows.order_by(cls.id)
+        ]

@@ -1,0 +1,65 @@
+"""A path is answered as it is: one that is not a route is a 404, never a redirect to a route it
+nearly matches.
+
+Two routers redirected, each to an absolute URL built from the request's `Host` header, which a
+client (or anything between it and us) chooses freely:
+
+- Starlette's, inside Connexion (routing and the docs UI), sent a path that matched a route but
+  for a trailing slash (`/v1/users/1/`, `/v1`) to `http://<Host>/v1/users/1` with a 307
+  (`redirect_slashes`);
+- Werkzeug's, inside Flask, sent a path with doubled slashes (`/v1//users/1`) to
+  `http://<Host>/v1/users/1` with a 308 (`merge_slashes`), which reached the client as a problem
+  with that URL in `detail` and no `Location`.
+
+Both are turned off here, at their source. The docs UI's own redirect from `/v1/ui` to `/v1/ui/`
+is a route of its own, with a relative `Location`, and stays.
+"""
+
+import connexion
+from connexion.middleware.routing import RoutingMiddleware
+from connexion.middleware.swagger_ui import SwaggerUIMiddleware
+from starlette.routing import Mount, Router
+
+
+def _without_slash_redirects(router: Router) -> None:
+    """`router`, every router mounted in it and every router it falls back to: no redirects."""
+    pending, seen = [router], set()
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, Router) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.redirect_slashes = False
+        pending.append(current.default)  # the next API of the same base path, if any
+        pending += [route.app for route in current.routes if isinstance(route, Mount)]
+
+
+class ExactRoutingMiddleware(RoutingMiddleware):
+    """Connexion's routing, without Starlette's slash redirects."""
+
+    def add_api(self, *args, **kwargs) -> None:
+        super().add_api(*args, **kwargs)
+        _without_slash_redirects(self.router)
+
+
+class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
+    """Connexion's docs UI and contract routes, without Starlette's slash redirects."""
+
+    def add_api(self, *args, **kwargs) -> None:
+        super().add_api(*args, **kwargs)
+        _without_slash_redirects(self.router)
+
+
+_EXACT = {RoutingMiddleware: ExactRoutingMiddleware, SwaggerUIMiddleware: ExactSwaggerUIMiddleware}
+
+
+def no_merge_slashes(app: connexion.FlaskApp) -> None:
+    """Flask's routes of `app` match doubled slashes as they are (call before `add_api`)."""
+    app.app.url_map.merge_slashes = False
+
+
+def exact_routing(app: connexion.FlaskApp) -> None:
+    """Connexion's routers of `app` without slash redirects. Call it once every middleware is
+    added: `add_middleware` finds its position by Connexion's own classes, replaced here."""
+    middlewares = app.middleware.middlewares
+    middlewares[:] = [_EXACT.get(middleware, middleware) for middleware in middlewares]

@@ -1,0 +1,90 @@
+"""A request's head is limited where uvicorn's own protocol does not (shopapi/http_server.py):
+its size, its number of fields and the time it takes to arrive; the servers `make serve`,
+`make serve-prod` and the tests start all speak that protocol."""
+
+import contextlib
+import re
+import shlex
+import socket
+import time
+
+import pytest
+from live import ROOT, SERVE_OPTIONS, live_server
+
+from models.db import open_database
+from models.migrations import migrate
+from shopapi import http_server
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_servers_the_tests_start_run_as_make_serve_does():
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^serve: .*?\n((?:\t.*\n)+)", makefile, re.MULTILINE).group(1)
+    command = shlex.split(recipe.replace("\\\n", " ").splitlines()[-1])
+    assert command[0].endswith("uvicorn")
+    line = " ".join(command)
+    assert " ".join(SERVE_OPTIONS) in line
+    gunicorn_conf = (ROOT / "ops" / "gunicorn.conf.py").read_text()
+    assert 'worker_class = "shopapi.http_server.UvicornWorker"' in gunicorn_conf
+    assert 'forwarded_allow_ips = ""' in gunicorn_conf
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('http-limits')}/shopapi.db"
+    db = open_database(url)
+    migrate(db)
+    db.close()
+    with live_server(url) as base:
+        yield base
+
+
+def _exchange(base: str, raw: bytes, deadline_seconds: float = 60) -> tuple[bytes, float]:
+    """Send `raw` on a connection of its own; the status line that comes back (b"" when the
+    server just closes) and how long it took."""
+    host, port = base.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=deadline_seconds) as connection:
+        # The server may answer and close while the rest is still being sent.
+        with contextlib.suppress(ConnectionError):
+            connection.sendall(raw)
+        received = b""
+        with contextlib.suppress(ConnectionError):
+            while b"\r\n" not in received:
+                chunk = connection.recv(4096)
+                if not chunk:
+                    break
+                received += chunk
+    return received.split(b"\r\n", 1)[0], time.monotonic() - started
+
+
+def _request(*headers: bytes) -> bytes:
+    return b"GET /v1/openapi.json HTTP/1.1\r\nHost: shop\r\n" + b"".join(headers) + b"\r\n"
+
+
+def test_a_head_within_the_limits_is_served(base):
+    big = b"X-Big: " + b"a" * (http_server.MAX_HEAD_BYTES - 1024) + b"\r\n"
+    assert _exchange(base, _request(big))[0] == b"HTTP/1.1 200 OK"
+    fields = [b"X-%d: v\r\n" % i for i in range(http_server.MAX_HEADER_FIELDS - 1)]
+    assert _exchange(base, _request(*fields))[0] == b"HTTP/1.1 200 OK"
+
+
+def test_an_oversized_head_is_refused(base):
+    # Just over: sent whole, it is read whole, and the answer is not lost to a connection reset.
+    huge = b"X-Big: " + b"a" * (http_server.MAX_HEAD_BYTES + 8192) + b"\r\n"
+    assert _exchange(base, _request(huge))[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
+    fields = [b"X-%d: v\r\n" % i for i in range(http_server.MAX_HEADER_FIELDS)]
+    status = _exchange(base, _request(*fields))[0]
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+
+
+def test_a_head_that_does_not_arrive_in_time_is_given_up(base):
+    # Half a head, then nothing: answered 408 and closed once the time is up, not held open.
+    status, took = _exchange(base, b"GET /v1/openapi.json HTTP/1.1\r\nHost: shop\r\n")
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert http_server.HEAD_TIMEOUT_SECONDS - 1 <= took < http_server.HEAD_TIMEOUT_SECONDS + 30
+    # A connection that sends nothing is closed too.
+    status, took = _exchange(base, b"")
+    assert status == b""
+    assert took < http_server.HEAD_TIMEOUT_SECONDS + 30
