@@ -78,10 +78,14 @@ contract-snapshot: install
 
 # The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
 # postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk.
+# Then what the revocation check adds to a request (bench/revocation_cost.py, A/B in one process),
+# in a database of its own.
+REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
 bench: install
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/load.py
+	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 profile: install

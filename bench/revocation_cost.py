@@ -26,6 +26,9 @@ the lookup is made in a populated table.
     python bench/revocation_cost.py --instructions   # callgrind: about ten minutes
     BENCH_DATABASE_URL=postgresql://... python bench/revocation_cost.py [--instructions]
 
+`make bench` runs the CPU measure on PostgreSQL, in a database of its own
+(shopapi_bench_revocation), after bench/load.py.
+
 Prints a table and writes it to bench/results/revocation-cost-{cpu,instructions}.md.
 """
 
@@ -47,6 +50,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import shopapi.revocations  # noqa: E402
+from bench.seed import ensure_database  # noqa: E402
 from app import create_app  # noqa: E402
 from models import Product, Revocation, User  # noqa: E402
 from models.db import database, open_database, use  # noqa: E402
@@ -338,6 +342,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         url = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{scratch}/bench.db")
+        if url.startswith("postgres"):
+            ensure_database(url)  # its own: it empties the users and products it finds
         if args.phases:
             phases(Bench(url), args.requests, args.rounds)
             return

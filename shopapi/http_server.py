@@ -1,18 +1,23 @@
 """The HTTP/1.1 protocol the servers speak: uvicorn's httptools one, with the limits on a
 request's head that it lacks. uvicorn's default parser takes a head of any size (a 1 MB header,
-20,000 fields) and waits for it for ever; h11, which has a size limit, costs about three times
-the CPU per request. `make serve` runs uvicorn with `--http shopapi.http_server:HttpProtocol`,
+20,000 fields) and waits for it for ever; h11, which has a size limit, is the slower parser and
+has no time limit either. `make serve` runs uvicorn with `--http shopapi.http_server:HttpProtocol`,
 and ops/gunicorn.conf.py runs gunicorn with `worker_class = "shopapi.http_server.UvicornWorker"`
 (gunicorn's own limit_request_line, limit_request_fields and limit_request_field_size apply to
 its own parser only, not to uvicorn workers).
 
+- the request's target (path and query), at most MAX_TARGET_BYTES: else 414 (the contract
+  declares it on the lists, whose filters make long URLs), and the connection closed;
 - the request line and headers, at most MAX_HEAD_BYTES: else 431, and the connection closed;
 - at most MAX_HEADER_FIELDS header fields: else 431, and the connection closed;
 - HEAD_TIMEOUT_SECONDS from a connection's opening, or a request's first byte, to the end of
   its headers: else 408 (nothing when nothing came), and the connection closed.
+Refusals are problem+json, like every other error the service answers.
 """
 
 import asyncio
+import http
+import json
 from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -20,6 +25,8 @@ from uvicorn_worker import UvicornWorker as _UvicornWorker
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
 MAX_HEAD_BYTES = 32 * 1024
+# A list's filters can make a long URL; twice what nginx takes in one line by default (8 KiB).
+MAX_TARGET_BYTES = 16 * 1024
 # gunicorn's limit_request_fields.
 MAX_HEADER_FIELDS = 100
 # A request's head arrives in one or two packets; a client taking longer is holding a
@@ -33,6 +40,7 @@ class _Refused(Exception):
 
 class HttpProtocol(HttpToolsProtocol):
     max_head_bytes = MAX_HEAD_BYTES
+    max_target_bytes = MAX_TARGET_BYTES
     max_header_fields = MAX_HEADER_FIELDS
     head_timeout = HEAD_TIMEOUT_SECONDS
 
@@ -50,6 +58,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # received while the head was incomplete
         self._head_size = 0  # of the request line and the fields parsed so far
         self._header_fields = 0
+        self._url_size = 0
         self._stop_head_timer()
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
 
@@ -75,7 +84,11 @@ class HttpProtocol(HttpToolsProtocol):
             self._start_head()
 
     def on_url(self, url: bytes) -> None:
+        self._url_size += len(url)  # the target may come in several parts
         self._head_size += len(url)
+        if self._url_size > self.max_target_bytes:
+            self._refuse(414, "The request's target (path and query) is too long.")
+            raise _Refused
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -106,14 +119,16 @@ class HttpProtocol(HttpToolsProtocol):
             else:
                 self.transport.close()
 
-    def _refuse(self, status: int, message: str) -> None:
-        body = message.encode()
+    def _refuse(self, status: int, detail: str) -> None:
+        title = http.HTTPStatus(status).phrase
+        problem = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+        body = json.dumps(problem).encode()
         self.transport.write(
             b"".join(
                 [
                     STATUS_LINE[status],
                     *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
-                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-type: application/problem+json\r\n",
                     b"content-length: %d\r\n" % len(body),
                     b"connection: close\r\n\r\n",
                     body,

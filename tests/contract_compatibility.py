@@ -21,6 +21,8 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script too
 
+from contract_walk import Resolver  # noqa: E402
+
 from shopapi.list_contract import expand  # noqa: E402
 
 SOURCE = ROOT / "spec" / "openapi.yaml"
@@ -52,32 +54,6 @@ def _pattern_narrowed(old: str | None, new: str | None) -> bool:
             for o, n in zip(old_groups, new_groups, strict=True)
         )
     )
-
-
-class _Resolver:
-    def __init__(self, spec: dict):
-        self.spec = spec
-
-    def __call__(self, node):
-        """`node` with its $ref followed and its allOf merged (properties and required)."""
-        while isinstance(node, dict) and "$ref" in node:
-            target = self.spec
-            for part in node["$ref"].removeprefix("#/").split("/"):
-                target = target[part]
-            node = target
-        if isinstance(node, dict) and "allOf" in node:
-            merged = {k: v for k, v in node.items() if k != "allOf"}
-            for part in node["allOf"]:
-                part = self(part)
-                for key, value in part.items():
-                    if key == "properties":
-                        merged["properties"] = {**merged.get("properties", {}), **value}
-                    elif key == "required":
-                        merged["required"] = sorted({*merged.get("required", []), *value})
-                    else:
-                        merged.setdefault(key, value)
-            node = merged
-        return node
 
 
 def _operations(spec: dict) -> dict:
@@ -158,7 +134,7 @@ class _Sides:
     be compared, not looked up twice in the new one."""
 
     def __init__(self, old: dict, new: dict):
-        self.old, self.new = _Resolver(old), _Resolver(new)
+        self.old, self.new = Resolver(old), Resolver(new)
 
 
 def breaking_changes(old: dict, new: dict) -> list[str]:

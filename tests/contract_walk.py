@@ -9,18 +9,24 @@ VERSIONS = (1, 2)
 METHODS = ("get", "put", "post", "delete", "patch")
 
 
+def follow_ref(contract: dict, node: dict) -> dict:
+    """`node` of a contract with its internal `$ref`s followed."""
+    while isinstance(node, dict) and "$ref" in node:
+        target = contract
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        node = target
+    return node
+
+
 class Resolver:
-    """Follows a served document's local `$ref`s and merges `allOf` (properties, required)."""
+    """Follows a contract's local `$ref`s and merges `allOf` (properties, required)."""
 
     def __init__(self, document: dict):
         self.document = document
 
     def __call__(self, node):
-        while isinstance(node, dict) and "$ref" in node:
-            target = self.document
-            for part in node["$ref"].removeprefix("#/").split("/"):
-                target = target[part.replace("~1", "/").replace("~0", "~")]
-            node = target
+        node = follow_ref(self.document, node)
         if isinstance(node, dict) and "allOf" in node:
             merged = {k: v for k, v in node.items() if k != "allOf"}
             for part in map(self, node["allOf"]):

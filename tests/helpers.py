@@ -89,13 +89,3 @@ def assert_problem(response, status: int):
     assert body["request_id"] == response.headers["x-request-id"]
     assert "Traceback" not in response.text
     return body
-
-
-def follow_ref(contract: dict, node: dict) -> dict:
-    """`node` of a served contract with its internal `$ref`s followed."""
-    while "$ref" in node:
-        target = contract
-        for part in node["$ref"].removeprefix("#/").split("/"):
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        node = target
-    return node

@@ -32,8 +32,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_until_up(base: str, process: subprocess.Popen) -> None:
+    # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds;
+    # a healthy one answers at once.
+    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+    while True:
+        try:
+            httpx.get(f"{base}/v1/openapi.json", timeout=10)
+            return
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {process.args}") from None
+            time.sleep(0.1)
+
+
+def _server_env(database_url: str, env: dict) -> dict:
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "JWT_SECRET": JWT_SECRET,
+        "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
+        **env,
+    }
+
+
 @contextlib.contextmanager
 def live_server(database_url: str, **env):
+    """uvicorn serving the app as `make serve` does; its base URL."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -52,28 +77,36 @@ def live_server(database_url: str, **env):
             "warning",
         ],
         cwd=ROOT,
-        env={
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "JWT_SECRET": JWT_SECRET,
-            "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
-            **env,
-        },
+        env=_server_env(database_url, env),
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        # Generous: on a busy machine a cold start (imports, contract, database) takes many
-        # seconds; a healthy one answers at once.
-        deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
-        while True:
-            try:
-                httpx.get(f"{base}/v1/openapi.json", timeout=10)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.1)
+        _wait_until_up(base, process)
         yield base
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def production_server(database_url: str, **env):
+    """gunicorn with uvicorn workers as `make serve-prod` runs it (ops/gunicorn.conf.py); its
+    base URL. `env` may set WEB_CONCURRENCY and the rest of that file's settings; a variable
+    given as None is removed from the server's environment."""
+    port = free_port()
+    server_env = _server_env(database_url, {"BIND": f"127.0.0.1:{port}", **env})
+    server_env = {name: value for name, value in server_env.items() if value is not None}
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    process = subprocess.Popen(
+        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
+        cwd=ROOT,
+        env=server_env,
+        stdout=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(base, process)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 import yaml
-from helpers import follow_ref
+from contract_walk import follow_ref
 from live import ROOT, live_server
 from openapi_spec_validator import validate
 

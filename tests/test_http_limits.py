@@ -3,6 +3,8 @@ its size, its number of fields and the time it takes to arrive; the servers `mak
 `make serve-prod` and the tests start all speak that protocol."""
 
 import contextlib
+import http
+import json
 import re
 import shlex
 import socket
@@ -77,6 +79,32 @@ def test_an_oversized_head_is_refused(base):
     fields = [b"X-%d: v\r\n" % i for i in range(http_server.MAX_HEADER_FIELDS)]
     status = _exchange(base, _request(*fields))[0]
     assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+
+
+def test_an_overlong_target_is_refused_as_the_contract_says(base):
+    within = b"/v1/openapi.json?q=" + b"a" * (http_server.MAX_TARGET_BYTES - 100)
+    assert _exchange(base, b"GET " + within + b" HTTP/1.1\r\nHost: shop\r\n\r\n")[0] == (
+        b"HTTP/1.1 200 OK"
+    )
+    # The lists declare 414 (a long `[in]` filter); the answer is a problem like any other.
+    target = b"/v1/products?sku%5Bin%5D=" + b"A," * http_server.MAX_TARGET_BYTES
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        with contextlib.suppress(ConnectionError):
+            connection.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: shop\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 414 ")
+    assert b"content-type: application/problem+json" in head.lower()
+    assert json.loads(body) == {
+        "type": "about:blank",
+        "title": http.HTTPStatus(414).phrase,
+        "status": 414,
+        "detail": "The request's target (path and query) is too long.",
+    }
 
 
 def test_a_head_that_does_not_arrive_in_time_is_given_up(base):

@@ -9,9 +9,6 @@ The spec's limits are scaled down here (RATE_LIMIT_SCALE) so a test reaches them
 import contextlib
 import itertools
 import os
-import pathlib
-import subprocess
-import sys
 import time
 import uuid
 
@@ -19,8 +16,8 @@ import httpx
 import pytest
 import redis
 import yaml
-from helpers import JWT_SECRET, assert_problem, bearer, create_user
-from live import ROOT, STARTUP_DEADLINE_SECONDS, free_port, live_server
+from helpers import assert_problem, bearer, create_user
+from live import live_server, production_server
 from metrics_text import sample_sum
 from tcp_proxy import TcpProxy
 
@@ -321,39 +318,10 @@ def test_wrong_passwords_for_one_account_are_limited_from_any_address(client, da
 
 @pytest.mark.slow
 def test_the_production_server_believes_no_forwarded_address_by_default(app, database_url):
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": JWT_SECRET,
-        "RATE_LIMIT_SCALE": "1",
-        "BIND": f"127.0.0.1:{port}",
-        "WEB_CONCURRENCY": "1",
-    }
-    env.pop("FORWARDED_ALLOW_IPS", None)
-    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
-    process = subprocess.Popen(
-        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
-        while True:
-            try:
-                httpx.get(f"{base}/v1/openapi.json", timeout=10)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("gunicorn did not start") from None
-                time.sleep(0.2)
+    settings = {"RATE_LIMIT_SCALE": "1", "WEB_CONCURRENCY": "1", "FORWARDED_ALLOW_IPS": None}
+    with production_server(database_url, **settings) as base:
         statuses, _ = _password_grants(base, _rotating_forwarded_fors(21), _strangers(21))
-        assert statuses == [400] * 20 + [429]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    assert statuses == [400] * 20 + [429]
 
 
 # Wrong passwords per account, in-process: the limit scaled to 5 (10 x 0.5).

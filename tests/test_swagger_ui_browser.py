@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from helpers import follow_ref
+from contract_walk import follow_ref
 from live import live_server
 
 try:

@@ -7,14 +7,8 @@ import email.utils
 import re
 
 import pytest
-from helpers import (
-    assert_problem,
-    bearer,
-    create_product,
-    create_user,
-    follow_ref,
-    place_order,
-)
+from contract_walk import follow_ref
+from helpers import assert_problem, bearer, create_product, create_user, place_order
 
 from shopapi.money import MAX_MINOR_UNITS, amount, exponent
 from shopapi.settings import ConfigurationError
