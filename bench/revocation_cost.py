@@ -50,8 +50,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import shopapi.revocations  # noqa: E402
-from bench.seed import ensure_database  # noqa: E402
 from app import create_app  # noqa: E402
+from bench.seed import ensure_database  # noqa: E402
 from models import Product, Revocation, User  # noqa: E402
 from models.db import database, open_database, use  # noqa: E402
 from models.migrations import migrate  # noqa: E402
