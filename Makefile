@@ -15,18 +15,26 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run serve serve-prod worker migrate seed seed-demo test lint bench bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-depth \
 	profile clean \
 	contract-snapshot contract-tools
 
-# The virtualenv is rebuilt when the dependencies in setup.cfg change.
+# The virtualenv, installed again when the dependencies in setup.cfg change: the service's own
+# for `make run`, the test and benchmark tools (the dev extra) added for `make test`.
 $(BIN)/.installed: setup.cfg pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> The service's dependencies, into $(VENV)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e .
+	touch $@
+
+$(BIN)/.installed-dev: $(BIN)/.installed
+	@echo "==> The test and benchmark tools (the dev extra), into $(VENV)"
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
+
+install-dev: $(BIN)/.installed-dev
 
 # The pinned Node tools that `make lint` and tests/test_contract_tools.py hold the contract to
 # (Redocly, Spectral, openapi-typescript, tsc); installed again when package-lock.json changes.
@@ -38,10 +46,22 @@ $(CONTRACT_TOOLS)/node_modules/.installed: $(CONTRACT_TOOLS)/package-lock.json
 contract-tools: $(CONTRACT_TOOLS)/node_modules/.installed
 
 migrate: install
+	@echo "==> Migrating the database"
 	$(BIN)/python -m models.migrations
 
 seed: migrate
+	@echo "==> Seeding the database"
 	$(BIN)/python -m models.seed
+
+# The demo database from scratch: its file removed, then migrated and seeded again. Stop the
+# server first. Any other database (DATABASE_URL) is the operator's to empty.
+DEMO_DATABASE := data/shopapi.db
+reset: install
+	@test -z "$(DATABASE_URL)" || \
+	  { echo "make reset empties only the demo database ($(DEMO_DATABASE)); DATABASE_URL names another"; exit 1; }
+	@echo "==> Emptying the demo database ($(DEMO_DATABASE))"
+	rm -f $(DEMO_DATABASE) $(DEMO_DATABASE)-wal $(DEMO_DATABASE)-shm
+	@$(MAKE) --no-print-directory seed
 
 # The demo data and accounts in whatever database DATABASE_URL names (a test or staging one).
 seed-demo: migrate
@@ -56,7 +76,8 @@ serve: install
 	@echo "  ($(if $(ADMIN_EMAIL),your admin $(ADMIN_EMAIL),in the demo database admin@example.com / admin-pass)."
 	@echo "   In the docs, Authorize under oauth2 (password).)"
 	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log \
-	  --no-proxy-headers --http shopapi.http_server:HttpProtocol --timeout-keep-alive 5
+	  --log-config ops/logging.json --no-proxy-headers --http shopapi.http_server:HttpProtocol \
+	  --timeout-keep-alive 5
 
 # gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
 serve-prod: install
@@ -68,12 +89,12 @@ worker: install
 	$(BIN)/python -m shopapi.worker
 
 # A worker per core; worksteal keeps both busy to the end (a contract-fuzzing run takes minutes).
-test: install contract-tools
+test: install-dev contract-tools
 	$(BIN)/python -m pytest -n auto --dist worksteal $(PYTEST_ARGS)
 
 # After an intended, compatible change to the v1 contract: make it the new baseline that
 # tests/test_contract_compatibility.py holds spec/ to.
-contract-snapshot: install
+contract-snapshot: install-dev
 	$(BIN)/python tests/contract_compatibility.py --write
 
 # The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
@@ -81,23 +102,23 @@ contract-snapshot: install
 # Then what the revocation check adds to a request (bench/revocation_cost.py, A/B in one process),
 # in a database of its own.
 REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
-bench: install
+bench: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/load.py
 	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
-profile: install
+profile: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/profile.py
 
 # How a list page's cost grows with its depth, offset against cursor (in-process).
-bench-depth: install
+bench-depth: install-dev
 	$(BIN)/python bench/list_depth.py
 
-lint: install contract-tools
+lint: install-dev contract-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/well-known.yaml
@@ -106,5 +127,6 @@ lint: install contract-tools
 	$(CONTRACT_TOOLS)/node_modules/.bin/spectral lint --fail-severity=warn \
 	  spec/openapi.yaml spec/v2.yaml spec/well-known.yaml spec/metrics.yaml
 
+# Everything `make run` and `make test` made: the virtualenv and the Node tools too.
 clean:
-	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis $(CONTRACT_TOOLS)/node_modules

@@ -5,8 +5,20 @@ handlers, the database and the cross-cutting middleware. Serve it with
 
 import logging
 import pathlib
+import warnings
 
-import connexion
+# Connexion imports starlette.testclient (connexion/apps/abstract.py) for its test client, and
+# Starlette warns there, at every start of the server, that it found httpx rather than httpx2:
+# nothing an operator can act on. That warning only, from that import only.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore",
+        message="Using `httpx` with `starlette.testclient` is deprecated",
+        module="connexion.apps.abstract",
+    )
+    import connexion
+
+from asgi_correlation_id import CorrelationIdMiddleware
 from connexion.middleware import MiddlewarePosition
 from connexion.options import SwaggerUIOptions
 
@@ -34,7 +46,7 @@ from shopapi.rate_limits import (
     RateLimitMiddleware,
     scaled,
 )
-from shopapi.request_id import RequestIdMiddleware
+from shopapi.request_id import is_sane_request_id, new_request_id
 from shopapi.resolver import HandlerResolver
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.tokens import AccessTokens
@@ -84,10 +96,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # app is the place.
     app._middleware_app.asgi_app = WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
-    # docs of their own.
-    root_specs = [_load("well-known.yaml")]
-    if settings.metrics_token:
-        root_specs.append(_load("metrics.yaml"))
+    # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN.
+    root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
     # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
     docs_only = SwaggerUIOptions(serve_spec=False)
@@ -153,7 +163,13 @@ def _add_traffic_middleware(
             position=MiddlewarePosition.BEFORE_EXCEPTION,
             proxies=TrustedProxies(settings.forwarded_allow_ips),
         )
-    app.add_middleware(RequestIdMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
+    app.add_middleware(
+        CorrelationIdMiddleware,
+        position=MiddlewarePosition.BEFORE_EXCEPTION,
+        header_name="X-Request-ID",
+        generator=new_request_id,
+        validator=is_sane_request_id,
+    )
     app.add_middleware(
         ObservabilityMiddleware,
         position=MiddlewarePosition.BEFORE_EXCEPTION,

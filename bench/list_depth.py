@@ -19,9 +19,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import create_app  # noqa: E402
-from bench.seed import ensure_database  # noqa: E402
 from models import Product  # noqa: E402
-from models.db import open_database, use  # noqa: E402
+from models.db import (  # noqa: E402
+    create_database_if_missing,
+    open_database,
+    use,
+)
 from models.migrations import migrate  # noqa: E402
 from shopapi.listing import keyset_after  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
@@ -73,7 +76,7 @@ def explain(db, sql: str, params) -> str:
 
 
 def main() -> None:
-    ensure_database(URL)
+    create_database_if_missing(URL)
     db = open_database(URL)
     seed(db)
     # Rate limits far above what the rounds send; a reader's token, as every request needs one.

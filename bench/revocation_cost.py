@@ -51,9 +51,13 @@ sys.path.insert(0, str(ROOT))
 
 import shopapi.revocations  # noqa: E402
 from app import create_app  # noqa: E402
-from bench.seed import ensure_database  # noqa: E402
 from models import Product, Revocation, User  # noqa: E402
-from models.db import database, open_database, use  # noqa: E402
+from models.db import (  # noqa: E402
+    create_database_if_missing,
+    database,
+    open_database,
+    use,
+)
 from models.migrations import migrate  # noqa: E402
 from shopapi import security  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
@@ -343,7 +347,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         url = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{scratch}/bench.db")
         if url.startswith("postgres"):
-            ensure_database(url)  # its own: it empties the users and products it finds
+            create_database_if_missing(url)  # its own: it empties the users and products it finds
         if args.phases:
             phases(Bench(url), args.requests, args.rounds)
             return

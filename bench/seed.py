@@ -14,7 +14,6 @@ import pathlib
 import random
 import sys
 import time
-from urllib.parse import urlsplit
 
 import peewee
 
@@ -22,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models import Order, OrderItem, Product, User  # noqa: E402
-from models.db import open_database, use  # noqa: E402
+from models.db import create_database_if_missing, open_database, use  # noqa: E402
 from models.event import Event  # noqa: E402
 from models.idempotency_key import IdempotencyKey  # noqa: E402
 from models.migrations import migrate  # noqa: E402
@@ -73,19 +72,6 @@ def _orders(now: str, prices: list[int], rng: random.Random) -> tuple[list, list
     return orders, items
 
 
-def ensure_database(url: str = URL) -> None:
-    """Create the database `url` names if it does not exist."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = peewee.PostgresqlDatabase(
-        "postgres", user=parts.username, host=parts.hostname, port=parts.port or 5432
-    )
-    with admin.connection_context():
-        exists = admin.execute_sql("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-        if not exists.fetchone():
-            admin.execute_sql(f'CREATE DATABASE "{name}"')
-
-
 def _copy(db: peewee.Database, model: type[peewee.Model], columns: tuple[str, ...], rows) -> None:
     """COPY `rows` (tuples in `columns`' order) into `model`'s table."""
     buffer = io.StringIO()
@@ -108,7 +94,7 @@ def _restart_ids(db: peewee.Database, model: type[peewee.Model]) -> None:
 def seed(url: str = URL) -> bool:
     """Fill the database `url` names with the benchmark's data set, unless it holds it; whether
     it had to."""
-    ensure_database(url)
+    create_database_if_missing(url)
     db = open_database(url)
     use(db)
     migrate(db)

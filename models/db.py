@@ -76,6 +76,56 @@ def open_database(url: str, pool_size: int = 10) -> peewee.Database:
     )
 
 
+class DatabaseSetupError(Exception):
+    """The database cannot be used as configured; the message says what to do, in one line."""
+
+
+def create_database_if_missing(url: str) -> bool:
+    """Create the PostgreSQL database `url` names when it does not exist, connected to the
+    server's `postgres` database as `url`'s user; whether it was created. DatabaseSetupError,
+    naming the command to run, when it cannot be reached or created."""
+    parts = urlsplit(url)
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise DatabaseSetupError("DATABASE_URL names no database (postgresql://user@host/name)")
+
+    def connection_to(database_name: str) -> peewee.PostgresqlDatabase:
+        return peewee.PostgresqlDatabase(
+            database_name,
+            user=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            host=parts.hostname,
+            port=parts.port,
+            connect_timeout=3,
+        )
+
+    try:
+        with connection_to(name).connection_context():
+            return False
+    except peewee.OperationalError as error:
+        if f'database "{name}" does not exist' not in str(error):
+            reason = error_summary(error)
+            raise DatabaseSetupError(f"cannot connect to DATABASE_URL: {reason}") from None
+    server = connection_to("postgres")
+    try:
+        with server.connection_context():
+            server.execute_sql(f'CREATE DATABASE "{name.replace(chr(34), chr(34) * 2)}"')
+            return True
+    except peewee.DatabaseError as error:
+        host, port = parts.hostname or "localhost", parts.port or 5432
+        user = f" -U {unquote(parts.username)}" if parts.username else ""
+        raise DatabaseSetupError(
+            f"the PostgreSQL database {name!r} does not exist and cannot be created here "
+            f"({error_summary(error)}); create it: createdb -h {host} -p {port}{user} {name}"
+        ) from None
+
+
+def error_summary(error: Exception) -> str:
+    """The first line of a driver's error: what a person needs, without its context lines."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def use(db: peewee.Database) -> None:
     """Bind every model to `db`."""
     database.initialize(db)

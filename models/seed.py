@@ -72,7 +72,8 @@ def main(environ: Mapping[str, str] = os.environ) -> str:
             "no demo data: DATABASE_URL names a database of your own (SEED_DEMO=1 adds the demo "
             "data and its accounts with published passwords)"
         )
-    settings = Settings.from_env(environ)
+    # Seeding signs nothing: the generated secrets are the server's to warn of.
+    settings = Settings.from_env(environ, warn_of_generated_secrets=False)
     use(open_database(settings.database_url))
     if not seed(with_admin=settings.admin_email is None):
         return "demo data already present (or the database has users)"

@@ -3,15 +3,21 @@
 `gunicorn -c ops/gunicorn.conf.py 'app:create_app()'`.
 
 gunicorn reads this file in its master process before it starts any worker, which is what the
-settings below rely on.
+settings below rely on. Every log line is JSON on stdout, gunicorn's own included, and a run
+leaves nothing behind: no metrics directory in the temporary directory, no control socket.
 """
 
+import atexit
+import json
 import logging
 import multiprocessing
 import os
 import pathlib
 import secrets
+import shutil
 import tempfile
+
+from shopapi.settings import generated_secrets
 
 log = logging.getLogger("gunicorn.error")
 
@@ -31,19 +37,61 @@ accesslog = None
 # whose own reading would replace the peer's address before the app sees it (and takes any
 # value, an address or not): theirs is off.
 forwarded_allow_ips = ""
+# gunicorn 25.1+ would open a control socket for gunicornc under $XDG_RUNTIME_DIR or
+# ~/.gunicorn/, and leave that directory behind; signals to the master do the same (HUP, TTIN,
+# TTOU, TERM).
+control_socket_disable = True
+
+# Every line JSON on stdout, as the app's request log is: gunicorn's own lines, and the uvicorn
+# workers', which write through gunicorn.error's handlers, with the configuration `make serve`
+# gives uvicorn. gunicorn.error keeps the level --log-level gives it; gunicorn.access writes
+# nothing (the app's request log is the access log).
+logconfig_dict = json.loads((pathlib.Path(__file__).parent / "logging.json").read_text())
+logconfig_dict["loggers"] |= {
+    "gunicorn.error": {"handlers": ["stdout"], "propagate": False},
+    "gunicorn.access": {"handlers": [], "propagate": False},
+}
 
 # Every worker must sign and check tokens and cursors with the same secrets. Unset, one is
 # generated here, once, for all workers (tokens then end with the server; set them for real).
-for _name in ("JWT_SECRET", "CURSOR_SECRET"):
-    if _name not in os.environ:
-        os.environ[_name] = secrets.token_urlsafe(32)
+# The master says so when it starts; the workers find them set and say nothing.
+_generated_secrets = generated_secrets(os.environ)
+for _name in _generated_secrets:
+    os.environ[_name] = secrets.token_urlsafe(32)
 
 # Each worker keeps its metrics in files here and a scrape adds them up (prometheus_client's
-# multiprocess mode). Set before any worker imports prometheus_client.
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="shopapi-metrics-"))
+# multiprocess mode). Set before any worker imports prometheus_client. Unless the operator names
+# one, the directory is made for this run and removed when it ends (on_exit); the variable that
+# says so outlives a reload (HUP), which reads this file again.
+_CREATED_METRICS_DIR = "SHOPAPI_CREATED_METRICS_DIR"
+
+
+def _remove_created_metrics_dir() -> None:
+    created = os.environ.pop(_CREATED_METRICS_DIR, None)
+    if created:
+        shutil.rmtree(created, ignore_errors=True)
+
+
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="shopapi-metrics-")
+    os.environ[_CREATED_METRICS_DIR] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    _master_pid = os.getpid()
+
+    @atexit.register
+    def _remove_at_master_exit() -> None:
+        # When the server fails to start (a port in use), on_exit is not called. The workers,
+        # forked from the master, inherit this too: the directory is not theirs to remove.
+        if os.getpid() == _master_pid:
+            _remove_created_metrics_dir()
 
 
 def on_starting(server):
+    for name in _generated_secrets:
+        server.log.warning(
+            "%s is not set: using a generated one for this server's workers (fine until it "
+            "restarts)",
+            name,
+        )
     # Files a previous run left would be added into this run's counts.
     directory = pathlib.Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)
@@ -71,3 +119,11 @@ def child_exit(server, worker):
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    if server.reexec_pid:
+        # The master that USR2 started carries on with the directory.
+        os.environ.pop(_CREATED_METRICS_DIR, None)
+    else:
+        _remove_created_metrics_dir()

@@ -12,12 +12,12 @@ metrics) have no version.
 
 import re
 
+from asgi_correlation_id import correlation_id
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.problems import problem_body
-from shopapi.request_id import request_id_of
 
 # The versions served, each from its spec file in spec/.
 SPEC_FILES = {1: "openapi.yaml", 2: "v2.yaml"}
@@ -114,7 +114,7 @@ class ApiVersionMiddleware:
             f"ask for application/vnd.shopapi.v{self.served[-1]}+json, or use plain "
             f"application/json for version {self.default}."
         )
-        body = problem_body(406, detail, instance=scope["path"], request_id=request_id_of(scope))
+        body = problem_body(406, detail, instance=scope["path"], request_id=correlation_id.get())
         response = Response(
             body, 406, headers={"Vary": "Accept"}, media_type="application/problem+json"
         )

@@ -3,13 +3,13 @@ never sees the responses Connexion's middleware gives itself), placed outside Co
 exception handling so errors carry the headers too. A refused preflight is a problem document
 rather than Starlette's plain text."""
 
+from asgi_correlation_id import correlation_id
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from shopapi.problems import problem_body
-from shopapi.request_id import request_id_of
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Beyond the CORS-safelisted ones (Accept, Content-Type, ...); the conditional ones let a browser
@@ -82,6 +82,6 @@ def _refusal(scope: Scope, refused: Response) -> Response:
         400,
         f"This cross-origin request is not allowed (its {what}).",
         instance=scope["path"],
-        request_id=request_id_of(scope),
+        request_id=correlation_id.get(),
     )
     return Response(body, 400, headers=headers, media_type="application/problem+json")

@@ -10,8 +10,7 @@ import logging
 import sys
 
 import orjson
-
-from shopapi.request_id import current_request_id
+from asgi_correlation_id import correlation_id
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,7 +23,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        request_id = current_request_id.get()
+        request_id = correlation_id.get()
         if request_id is not None:
             entry["request_id"] = request_id
         entry.update(getattr(record, "fields", {}))
@@ -46,6 +45,8 @@ class _StdoutHandler(logging.StreamHandler):
 
 def configure(level: int = logging.INFO) -> None:
     """Send the `shopapi` loggers to stdout as JSON lines (once, however often it is called)."""
+    # asgi-correlation-id warns of every X-Request-ID it replaces: any client could flood the log.
+    logging.getLogger("asgi_correlation_id").setLevel(logging.ERROR)
     logger = logging.getLogger("shopapi")
     logger.setLevel(level)
     logger.propagate = False

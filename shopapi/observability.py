@@ -10,6 +10,7 @@ read after the call from what Connexion's router noted in the scope.
 import logging
 import time
 
+from asgi_correlation_id import correlation_id
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi import metrics
@@ -17,7 +18,6 @@ from shopapi.alerts import AlertWebhook
 from shopapi.clients import client_address
 from shopapi.cors import is_preflight
 from shopapi.operations import Operations
-from shopapi.request_id import request_id_of
 
 log = logging.getLogger("shopapi.requests")
 
@@ -92,7 +92,7 @@ def _log_fields(
     token_info = scope["extensions"].get("connexion_context", {}).get("token_info") or {}
     user_agent = dict(scope["headers"]).get(b"user-agent", b"")[:MAX_USER_AGENT]
     return {
-        "request_id": request_id_of(scope),
+        "request_id": correlation_id.get(),
         "method": scope["method"],
         "path": path,
         "route": route,

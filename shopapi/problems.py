@@ -12,13 +12,13 @@ import re
 from collections.abc import Callable
 
 import peewee
+from asgi_correlation_id import correlation_id
 from connexion.exceptions import OAuthScopeProblem, ProblemException
 from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from starlette.exceptions import HTTPException
 
 from models.errors import Conflict, InvalidReference
 from shopapi.allowed_methods import AllowedMethods
-from shopapi.request_id import request_id_of
 from shopapi.security import NO_CREDENTIALS, challenge, presented_credentials
 
 log = logging.getLogger("shopapi.errors")
@@ -83,7 +83,7 @@ def problem(
         status,
         detail,
         instance=request.url.path,
-        request_id=request_id_of(request.scope),
+        request_id=correlation_id.get(),
         title=title,
         type=type,
         extensions=extensions,

@@ -1,48 +1,19 @@
-"""X-Request-ID: taken from the request when it looks like an id, else generated; echoed on
-every response (errors included) and available to every layer through the ASGI scope, and to
-the log lines written while the request is handled through `current_request_id`."""
+"""X-Request-ID: asgi-correlation-id's CorrelationIdMiddleware (registered in app.py, outermost,
+so every response carries the header, errors included) keeps the client's id when it passes
+`is_sane_request_id`, else makes a `new_request_id`. Every layer and log line reads the id from
+the library's `correlation_id` context variable."""
 
-import contextvars
 import re
 import uuid
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-HEADER = b"x-request-id"
-# Anything else (too long, control characters, spaces) could forge log lines: replace it.
-_SANE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+# Anything else (too long, control characters, spaces) could forge log lines: replace it. The
+# library's own check takes only UUIDs: it would replace ids such as `abc-123` that clients send.
+_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "current_request_id", default=None
-)
+def is_sane_request_id(offered: str) -> bool:
+    return _SANE.fullmatch(offered) is not None
 
 
-def request_id_of(scope: Scope) -> str | None:
-    return scope.get("state", {}).get("request_id")
-
-
-class RequestIdMiddleware:
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        offered = dict(scope["headers"]).get(HEADER, b"")
-        request_id = offered.decode() if _SANE.fullmatch(offered) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-        encoded = request_id.encode()
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
-                message["headers"] = [*headers, (HEADER, encoded)]
-            await send(message)
-
-        token = current_request_id.set(request_id)
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            current_request_id.reset(token)
+def new_request_id() -> str:
+    return uuid.uuid4().hex

@@ -160,8 +160,8 @@ class Settings:
     # The proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are
     # believed (shopapi/clients.py); none by default: the peer is the client.
     forwarded_allow_ips: tuple[str, ...] = ()
-    # Without a token, /metrics is not served by the API (scrape the separate METRICS_BIND
-    # listener of the production server instead).
+    # /metrics takes an admin's credentials (the `admin` scope); this token, when set, lets
+    # Prometheus scrape it too (as does the production server's separate METRICS_BIND listener).
     metrics_token: str | None = None
     # A response slower than this is logged as a warning, counted, and alerted on.
     slow_request_ms: int = 500
@@ -186,8 +186,15 @@ class Settings:
     push_transport: str = "log"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Settings":
-        """Build the settings from environment variables; a bad value raises ConfigurationError."""
+    def from_env(
+        cls, environ: Mapping[str, str] = os.environ, *, warn_of_generated_secrets: bool = True
+    ) -> "Settings":
+        """Build the settings from environment variables; a bad value raises ConfigurationError.
+        A command that signs no tokens or cursors (the migrations, the seed) passes
+        `warn_of_generated_secrets=False`: a generated secret is nothing to warn its user of."""
+        if warn_of_generated_secrets:
+            for name in generated_secrets(environ):
+                log.warning("%s is not set: using a generated one (fine for one process)", name)
         values = {}
         if "DATABASE_URL" in environ:
             values["database_url"] = _database_url("DATABASE_URL", environ["DATABASE_URL"])
@@ -201,12 +208,18 @@ class Settings:
             )
         if "CURSOR_SECRET" in environ:
             values["cursor_secret"] = _secret("CURSOR_SECRET", environ["CURSOR_SECRET"])
-        else:
-            log.warning("CURSOR_SECRET is not set: using a generated one (fine for one process)")
         values.update(_security_from_env(environ))
         values.update(_traffic_from_env(environ))
         values.update(_events_from_env(environ))
         return cls(**values)
+
+
+def generated_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The secrets `environ` leaves to be generated (each good for one process only)."""
+    generated = [] if "CURSOR_SECRET" in environ else ["CURSOR_SECRET"]
+    if not {"JWT_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+        generated.append("JWT_SECRET")
+    return generated
 
 
 def _security_from_env(environ: Mapping[str, str]) -> dict:
@@ -221,8 +234,6 @@ def _security_from_env(environ: Mapping[str, str]) -> dict:
             # RFC 7518 3.2: an HS256 key is at least as long as the hash (256 bits).
             raise ConfigurationError("JWT_SECRET must be at least 32 characters long")
         values["jwt_secret"] = environ["JWT_SECRET"].encode()
-    else:
-        log.warning("JWT_SECRET is not set: using a generated one (fine for one process)")
     for name in ("JWT_ISSUER", "JWT_AUDIENCE"):
         if name in environ:
             if not environ[name].strip():

@@ -282,7 +282,8 @@ def _missing_tables() -> list[str]:
 def main() -> int:
     logs.configure()
     try:
-        settings = Settings.from_env()
+        # The worker signs no tokens or cursors: no word about their secrets.
+        settings = Settings.from_env(warn_of_generated_secrets=False)
     except ConfigurationError as error:
         print(f"shopapi.worker: {error}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ from helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
 from app import create_app
 from models import MODELS
-from models.db import open_database, use
+from models.db import create_database_if_missing, open_database, use
 from models.migrations import migrate
 from shopapi import security
 from shopapi.settings import Settings
@@ -30,12 +30,7 @@ def _worker_database(url: str) -> str:
         return url
     server, _, name = url.rpartition("/")
     own = f"{name}_{WORKER}"
-    db = open_database(url)
-    with db.connection_context():
-        exists = db.execute_sql("SELECT 1 FROM pg_database WHERE datname = %s", (own,)).fetchone()
-        if not exists:
-            db.execute_sql(f'CREATE DATABASE "{own}"')
-    db.close_all()
+    create_database_if_missing(f"{server}/{own}")
     return f"{server}/{own}"
 
 

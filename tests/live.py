@@ -15,9 +15,11 @@ from helpers import JWT_SECRET, RATE_LIMIT_SCALE
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STARTUP_DEADLINE_SECONDS = 120
 # The options `make serve` gives uvicorn (tests/test_http_limits.py holds the Makefile to them):
-# the app reads X-Forwarded-For itself (FORWARDED_ALLOW_IPS), and the protocol limits a
-# request's head.
+# its log lines are JSON, the app reads X-Forwarded-For itself (FORWARDED_ALLOW_IPS), and the
+# protocol limits a request's head.
 SERVE_OPTIONS = (
+    "--log-config",
+    "ops/logging.json",
     "--no-proxy-headers",
     "--http",
     "shopapi.http_server:HttpProtocol",
@@ -32,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_until_up(base: str, process: subprocess.Popen) -> None:
+def wait_until_up(base: str, process: subprocess.Popen) -> None:
     # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds;
     # a healthy one answers at once.
     deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
@@ -81,7 +83,7 @@ def live_server(database_url: str, **env):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(base, process)
+        wait_until_up(base, process)
         yield base
     finally:
         process.terminate()
@@ -105,7 +107,7 @@ def production_server(database_url: str, **env):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(base, process)
+        wait_until_up(base, process)
         yield base
     finally:
         process.terminate()

@@ -1,5 +1,7 @@
 """Every error a client can cause is a problem+json with the right status, never a 500."""
 
+import json
+
 import pytest
 from helpers import assert_problem, create_product
 
@@ -124,13 +126,20 @@ def test_a_chunked_body_within_the_limit_is_read(client):
     assert response.status_code == 201, response.text
 
 
-def test_a_sane_request_id_is_echoed_and_an_insane_one_replaced(client):
+def test_a_sane_request_id_is_echoed_and_an_insane_one_replaced(client, capsys, caplog):
     response = client.get("/v1/products/999", headers={"X-Request-ID": "abc-123"})
     assert response.headers["x-request-id"] == "abc-123"
     assert assert_problem(response, 404)["request_id"] == "abc-123"
+    capsys.readouterr()
     response = client.get("/v1/products", headers={"X-Request-ID": "bad id\twith spaces"})
     assert response.headers["x-request-id"] != "bad id\twith spaces"
     assert len(response.headers["x-request-id"]) == 32
+    # Replacing a client's id is no news for the log (any client could flood it): only the
+    # request's own JSON line is written.
+    written = capsys.readouterr()
+    assert written.err == ""
+    assert not [record for record in caplog.records if record.name == "asgi_correlation_id"]
+    assert [json.loads(line)["logger"] for line in written.out.splitlines()] == ["shopapi.requests"]
 
 
 def test_sql_looking_input_is_only_data(client):

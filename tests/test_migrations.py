@@ -1,5 +1,11 @@
+import os
+import subprocess
+import sys
+import uuid
+
 import peewee
 import pytest
+from live import ROOT
 
 from models.db import open_database
 from models.migrations import migrate
@@ -103,3 +109,51 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_rows_keys_and_indexes(tmp_
             stock, active) VALUES ('2026-01-01', '2026-01-01', 'S-3', 'R', 1, 'EUR', 0, 1)"""
         )
         assert db.execute_sql("SELECT max(id) FROM product").fetchone() == (3,)
+
+
+# `make migrate` (python -m models.migrations), as a newcomer runs it.
+
+
+def _migrate_command(database_url: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "models.migrations"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite makes its file itself")
+    server, _, name = database_url.rpartition("/")
+    missing = f"{name}_created_{uuid.uuid4().hex[:8]}"
+    try:
+        run = _migrate_command(f"{server}/{missing}")
+        assert run.returncode == 0, run.stderr
+        assert "created the database" in run.stdout
+        assert "m0001_initial" in run.stdout
+        assert _migrate_command(f"{server}/{missing}").stdout.strip().endswith("(up to date)")
+    finally:
+        admin = open_database(database_url)
+        with admin.connection_context():
+            admin.execute_sql(f'DROP DATABASE IF EXISTS "{missing}"')
+        admin.close_all()
+
+
+@pytest.mark.parametrize(
+    ("database_url", "says"),
+    [
+        ("postgresql://postgres@127.0.0.1:1/shop", "cannot connect to DATABASE_URL"),
+        ("postgresql://postgres@127.0.0.1:5432/", "DATABASE_URL names no database"),
+        ("mysql://shop@db/shop", "DATABASE_URL"),
+    ],
+)
+def test_a_configuration_mistake_is_one_line_not_a_traceback(database_url, says):
+    run = _migrate_command(database_url)
+    assert run.returncode == 1
+    problem = [line for line in run.stderr.splitlines() if line.startswith("shopapi: ")]
+    assert len(problem) == 1 and says in problem[0], run.stderr
+    assert "Traceback" not in run.stderr

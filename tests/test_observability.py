@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import yaml
-from helpers import assert_problem, bearer
+from helpers import assert_problem, bearer, bearer_for, create_user
 from metrics_text import sample_sum
 
 ORIGIN = "https://app.example.com"
@@ -206,7 +206,7 @@ def test_a_log_line_names_the_client_but_never_a_credential_or_a_body(observed, 
         assert secret not in out
 
 
-def test_metrics_need_the_token_and_are_not_served_without_one(app_with, observed):
+def test_metrics_take_the_metrics_token(observed):
     assert_problem(observed.get("/metrics"), 401)
     assert_problem(observed.get("/metrics", headers={"Authorization": "Bearer wrong"}), 401)
     scrape = observed.get("/metrics", headers=SCRAPE)
@@ -214,8 +214,47 @@ def test_metrics_need_the_token_and_are_not_served_without_one(app_with, observe
     assert scrape.headers["content-type"].startswith("text/plain")
     assert "# TYPE http_request_duration_seconds histogram" in scrape.text
     assert "http_requests_in_flight" in scrape.text
-    without_token = app_with().test_client()
-    assert_problem(without_token.get("/metrics", headers=SCRAPE), 404)
+
+
+def _clients(app) -> tuple:
+    """A client with an admin OAuth client's token, to set things up, and one without any."""
+    admin = app.test_client()
+    admin.headers.update(bearer())
+    return admin, app.test_client()
+
+
+def _admin_reads_metrics(client, headers) -> None:
+    scrape = client.get("/metrics", headers=headers)
+    assert scrape.status_code == 200, scrape.text
+    assert scrape.headers["content-type"].startswith("text/plain")
+    assert "http_requests_total" in scrape.text
+
+
+def test_an_admin_reads_the_metrics_without_any_metrics_token(app_with):
+    # The settings of a default `make run`: no METRICS_TOKEN.
+    setup, client = _clients(app_with())
+    admin = create_user(setup, role="admin")
+    customer = create_user(setup)
+    _admin_reads_metrics(client, bearer_for(admin))
+    _admin_reads_metrics(client, bearer())  # an admin OAuth client's token
+    assert_problem(client.get("/metrics", headers=bearer_for(customer)), 403)
+    assert_problem(client.get("/metrics"), 401)
+    assert_problem(client.get("/metrics", headers=SCRAPE), 401)  # no token is set
+
+
+def test_an_api_key_with_the_admin_scope_reads_the_metrics(app_with):
+    setup, client = _clients(app_with(metrics_token=METRICS_TOKEN))
+    admin = create_user(setup, role="admin")
+    keys = {}
+    for scopes in (["admin"], ["products:read"]):
+        issued = setup.post(
+            "/v1/api-keys", json={"name": "k", "scopes": scopes, "owner_id": admin["id"]}
+        )
+        assert issued.status_code == 201, issued.text
+        keys[scopes[0]] = {"X-API-Key": issued.json()["key"]}
+    _admin_reads_metrics(client, keys["admin"])
+    assert_problem(client.get("/metrics", headers=keys["products:read"]), 403)
+    _admin_reads_metrics(client, SCRAPE)
 
 
 def test_latency_is_a_histogram_by_operation_method_and_status(observed):

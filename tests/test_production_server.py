@@ -1,6 +1,6 @@
 """The production server (gunicorn with uvicorn workers, ops/gunicorn.conf.py): several workers
 answer, and /metrics, on the API with its token and on the separate METRICS_BIND listener, adds
-up what every worker counted."""
+up what every worker counted; and a run leaves nothing behind it."""
 
 import concurrent.futures
 
@@ -47,3 +47,25 @@ def test_workers_share_one_metrics_view(app, database_url, tmp_path):
             assert sample_sum(scrape.text, "http_request_duration_seconds_count", **labels) == (
                 REQUESTS
             )
+    # The operator's directory is theirs: left as it is.
+    assert list(metrics_dir.glob("counter_*.db"))
+
+
+def test_a_run_leaves_nothing_in_the_temporary_directory_or_the_home(app, database_url, tmp_path):
+    home, temporary = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    temporary.mkdir()
+    with production_server(
+        database_url,
+        WEB_CONCURRENCY="2",
+        HOME=str(home),
+        TMPDIR=str(temporary),
+        XDG_RUNTIME_DIR=None,
+        PROMETHEUS_MULTIPROC_DIR=None,
+    ) as base:
+        assert httpx.get(f"{base}/v1/products", headers=bearer()).status_code == 200
+        # The run's metrics directory, made where TMPDIR says.
+        assert len(list(temporary.iterdir())) == 1
+    # Stopped with SIGTERM, as a service manager stops it.
+    assert list(home.iterdir()) == []
+    assert list(temporary.iterdir()) == []

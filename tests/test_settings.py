@@ -1,4 +1,9 @@
+import os
+import subprocess
+import sys
+
 import pytest
+from live import ROOT
 
 from shopapi.settings import ConfigurationError, Settings
 
@@ -158,3 +163,23 @@ def test_trusted_proxies_are_addresses_or_networks(value):
     # Not `*`: every peer could then say whose request it is (0.0.0.0/0,::/0 if that is meant).
     with pytest.raises(ConfigurationError, match="FORWARDED_ALLOW_IPS"):
         Settings.from_env({"FORWARDED_ALLOW_IPS": value})
+
+
+def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_path):
+    # `make run` migrates and seeds before it serves: only the server, which signs tokens and
+    # cursors, warns that their secrets are generated.
+    unset = ("JWT_SECRET", "CURSOR_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY")
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/shopapi.db", "SEED_DEMO": "1"}
+    for command in ("models.migrations", "models.seed"):
+        run = subprocess.run(
+            [sys.executable, "-m", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        assert "is not set" not in run.stdout
+        assert run.stderr == ""

@@ -32,7 +32,6 @@ def test_each_version_has_its_contract_and_docs(anonymous):
         spec = anonymous.get(f"/v{version}/openapi.json")
         assert spec.status_code == 200
         assert spec.json()["servers"] == [{"url": f"/v{version}"}]
-        assert spec.json()["info"]["version"] == f"{version}.0.0"
         assert spec.headers["api-version"] == str(version)
         assert anonymous.get(f"/v{version}/ui/").status_code == 200
     v2 = anonymous.get("/v2/openapi.json").json()

@@ -1,0 +1,132 @@
+"""What the servers write from start to stop, as `make serve` (uvicorn) and `make serve-prod`
+(gunicorn) run them: JSON lines only, their own lifecycle lines included, as the request log is;
+and each secret the configuration leaves to be generated warned of once, by the process that
+generates it (the production server's master, not its workers)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+from live import ROOT, SERVE_OPTIONS, STARTUP_DEADLINE_SECONDS, free_port, wait_until_up
+
+from models.db import open_database
+from models.migrations import migrate
+
+pytestmark = pytest.mark.slow
+
+GENERATED = ("JWT_SECRET", "CURSOR_SECRET")
+FIELDS = {"time", "level", "logger", "message"}
+
+
+@pytest.fixture(scope="module")
+def server_env(tmp_path_factory) -> dict:
+    """A migrated database, no secrets set, and no request slow enough to be warned of."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('server-logs')}/shopapi.db"
+    db = open_database(url)
+    migrate(db)
+    db.close()
+    unset = (*GENERATED, "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY", "PROMETHEUS_MULTIPROC_DIR")
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    return {**env, "DATABASE_URL": url, "SLOW_REQUEST_MS": "3600000"}
+
+
+def _lines_of_a_run(
+    command: list[str], port: int, env: dict, output: pathlib.Path, workers: int = 1
+) -> list[str]:
+    """Start `command`, wait until it serves on `port` with all its `workers` started, stop it
+    (SIGTERM); the lines it wrote, stdout and stderr."""
+    with output.open("w") as out:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(f"http://127.0.0.1:{port}", process)
+            # The first worker answers while the others may still be starting.
+            deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+            while output.read_text().count("Application startup complete") < workers:
+                assert process.poll() is None and time.monotonic() < deadline, "workers stuck"
+                time.sleep(0.1)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    return [line for line in output.read_text().splitlines() if line.strip()]
+
+
+def _entries(lines: list[str]) -> list[dict]:
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            pytest.fail(f"not a JSON line: {line}")
+        assert entry.keys() >= FIELDS, line
+        entries.append(entry)
+    return entries
+
+
+@pytest.fixture(scope="module")
+def uvicorn_lines(server_env, tmp_path_factory) -> list[str]:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        *SERVE_OPTIONS,
+    ]
+    output = tmp_path_factory.mktemp("uvicorn") / "output"
+    return _lines_of_a_run(command, port, server_env, output)
+
+
+@pytest.fixture(scope="module")
+def gunicorn_lines(server_env, tmp_path_factory) -> list[str]:
+    port = free_port()
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    command = [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"]
+    env = {**server_env, "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2"}
+    output = tmp_path_factory.mktemp("gunicorn") / "output"
+    return _lines_of_a_run(command, port, env, output, workers=2)
+
+
+def _warnings_of(entries: list[dict], name: str) -> list[dict]:
+    return [e for e in entries if e["level"] == "warning" and e["message"].startswith(name)]
+
+
+def test_uvicorn_writes_json_lines_only(uvicorn_lines):
+    entries = _entries(uvicorn_lines)
+    lifecycle = [e["message"] for e in entries if e["logger"] == "uvicorn.error"]
+    assert any(message.startswith("Started server process") for message in lifecycle)
+    assert any(message.startswith("Finished server process") for message in lifecycle)
+
+
+def test_uvicorn_warns_once_of_each_generated_secret(uvicorn_lines):
+    entries = _entries(uvicorn_lines)
+    for name in GENERATED:
+        (warning,) = _warnings_of(entries, f"{name} is not set")
+        assert warning["logger"] == "shopapi.settings"
+    assert not [line for line in uvicorn_lines if "deprecated" in line.lower()]
+
+
+def test_gunicorn_writes_json_lines_only(gunicorn_lines):
+    entries = _entries(gunicorn_lines)
+    master = [e["message"] for e in entries if e["logger"] == "gunicorn.error"]
+    assert any(message.startswith("Starting gunicorn") for message in master)
+    assert any(message.startswith("Shutting down: Master") for message in master)
+    workers = [e["message"] for e in entries if e["logger"] == "uvicorn.error"]
+    assert len([m for m in workers if m.startswith("Started server process")]) == 2
+
+
+def test_gunicorn_warns_once_of_each_generated_secret_from_its_master(gunicorn_lines):
+    entries = _entries(gunicorn_lines)
+    for name in GENERATED:
+        (warning,) = _warnings_of(entries, f"{name} is not set")
+        assert warning["logger"] == "gunicorn.error"
+    assert not [line for line in gunicorn_lines if "deprecated" in line.lower()]
