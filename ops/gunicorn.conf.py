@@ -114,6 +114,13 @@ def when_ready(server):
     log.info("metrics on http://%s/metrics", address)
 
 
+def post_fork(server, worker):
+    # What start-up finds in the database (accounts with published passwords, models/demo.py) is
+    # said once, by the first worker: the others, and those started later, would repeat it.
+    if worker.age > 1:
+        logging.getLogger("shopapi.demo").setLevel(logging.ERROR)
+
+
 def child_exit(server, worker):
     # A dead worker's in-flight gauge must stop counting; its counters stay in the sums.
     from prometheus_client import multiprocess

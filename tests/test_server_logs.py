@@ -31,7 +31,18 @@ def server_env(tmp_path_factory) -> dict:
     db.close()
     unset = (*GENERATED, "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY", "PROMETHEUS_MULTIPROC_DIR")
     env = {name: value for name, value in os.environ.items() if name not in unset}
-    return {**env, "DATABASE_URL": url, "SLOW_REQUEST_MS": "3600000"}
+    env = {**env, "DATABASE_URL": url, "SLOW_REQUEST_MS": "3600000"}
+    # The demo accounts, whose published passwords start-up warns of.
+    seeded = subprocess.run(
+        [sys.executable, "-m", "models.seed"],
+        cwd=ROOT,
+        env={**env, "SEED_DEMO": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    return env
 
 
 def _lines_of_a_run(
@@ -130,3 +141,10 @@ def test_gunicorn_warns_once_of_each_generated_secret_from_its_master(gunicorn_l
         (warning,) = _warnings_of(entries, f"{name} is not set")
         assert warning["logger"] == "gunicorn.error"
     assert not [line for line in gunicorn_lines if "deprecated" in line.lower()]
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
+def test_published_passwords_are_warned_of_once_per_server(server, request):
+    entries = _entries(request.getfixturevalue(f"{server}_lines"))
+    (warning,) = [e for e in entries if e["logger"] == "shopapi.demo"]
+    assert warning["accounts"] == ["admin@example.com", "carol@example.com", "paul@example.com"]
