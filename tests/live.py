@@ -48,6 +48,18 @@ def wait_until_up(base: str, process: subprocess.Popen) -> None:
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def _serving(process: subprocess.Popen, port: int):
+    """The base URL of `process` once it answers on `port`; stopped (SIGTERM) after."""
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(base, process)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def _server_env(database_url: str, env: dict) -> dict:
     return {
         **os.environ,
@@ -58,36 +70,46 @@ def _server_env(database_url: str, env: dict) -> dict:
     }
 
 
+def uvicorn_command(port: int) -> list[str]:
+    """uvicorn serving the app on `port` as `make serve` runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        *SERVE_OPTIONS,
+    ]
+
+
+def run_module(module: str, env: dict, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
+    """`python -m module` as `make` runs it (`make migrate`, `make seed`), with exactly `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 @contextlib.contextmanager
 def live_server(database_url: str, **env):
     """uvicorn serving the app as `make serve` does; its base URL."""
     port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "app:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-            *SERVE_OPTIONS,
-            "--log-level",
-            "warning",
-        ],
+        [*uvicorn_command(port), "--log-level", "warning"],
         cwd=ROOT,
         env=_server_env(database_url, env),
     )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(base, process)
+    with _serving(process, port) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -105,10 +127,5 @@ def production_server(database_url: str, **env):
         env=server_env,
         stdout=subprocess.DEVNULL,
     )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(base, process)
+    with _serving(process, port) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)

@@ -6,11 +6,9 @@ still has a published password."""
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 
 import pytest
-from live import ROOT
+from live import ROOT, run_module
 
 from models import User, demo, seed
 from models.passwords import verify_password
@@ -28,14 +26,7 @@ def _seed(cwd, **env) -> str:
     }
     environ.update(env, PYTHONPATH=str(ROOT))
     for module in ("models.migrations", "models.seed"):
-        done = subprocess.run(
-            [sys.executable, "-m", module],
-            cwd=cwd,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_module(module, environ, cwd)
         assert done.returncode == 0, done.stderr
     return done.stdout
 

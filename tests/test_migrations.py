@@ -1,11 +1,10 @@
 import os
 import subprocess
-import sys
 import uuid
 
 import peewee
 import pytest
-from live import ROOT
+from live import run_module
 
 from models.db import open_database
 from models.migrations import migrate
@@ -115,14 +114,7 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_rows_keys_and_indexes(tmp_
 
 
 def _migrate_command(database_url: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "models.migrations"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("models.migrations", {**os.environ, "DATABASE_URL": database_url})
 
 
 def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database_url):

@@ -11,7 +11,14 @@ import sys
 import time
 
 import pytest
-from live import ROOT, SERVE_OPTIONS, STARTUP_DEADLINE_SECONDS, free_port, wait_until_up
+from live import (
+    ROOT,
+    STARTUP_DEADLINE_SECONDS,
+    free_port,
+    run_module,
+    uvicorn_command,
+    wait_until_up,
+)
 
 from models.db import open_database
 from models.migrations import migrate
@@ -33,14 +40,7 @@ def server_env(tmp_path_factory) -> dict:
     env = {name: value for name, value in os.environ.items() if name not in unset}
     env = {**env, "DATABASE_URL": url, "SLOW_REQUEST_MS": "3600000"}
     # The demo accounts, whose published passwords start-up warns of.
-    seeded = subprocess.run(
-        [sys.executable, "-m", "models.seed"],
-        cwd=ROOT,
-        env={**env, "SEED_DEMO": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    seeded = run_module("models.seed", {**env, "SEED_DEMO": "1"})
     assert seeded.returncode == 0, seeded.stderr
     return env
 
@@ -80,19 +80,7 @@ def _entries(lines: list[str]) -> list[dict]:
 @pytest.fixture(scope="module")
 def uvicorn_lines(server_env, tmp_path_factory) -> list[str]:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "app:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-access-log",
-        *SERVE_OPTIONS,
-    ]
+    command = uvicorn_command(port)
     output = tmp_path_factory.mktemp("uvicorn") / "output"
     return _lines_of_a_run(command, port, server_env, output)
 

@@ -1,9 +1,7 @@
 import os
-import subprocess
-import sys
 
 import pytest
-from live import ROOT
+from live import run_module
 
 from shopapi.settings import ConfigurationError, Settings
 
@@ -172,14 +170,7 @@ def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_pa
     env = {name: value for name, value in os.environ.items() if name not in unset}
     env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/shopapi.db", "SEED_DEMO": "1"}
     for command in ("models.migrations", "models.seed"):
-        run = subprocess.run(
-            [sys.executable, "-m", command],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        run = run_module(command, env)
         assert run.returncode == 0, run.stderr
         assert "is not set" not in run.stdout
         assert run.stderr == ""
