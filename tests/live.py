@@ -34,7 +34,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(base: str, process: subprocess.Popen) -> None:
+def wait_until_up(base: str, process: subprocess.Popen, log: pathlib.Path | None = None) -> None:
+    """Until `process` serves the contract at `base`; a failure quotes the end of `log`."""
     # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds;
     # a healthy one answers at once.
     deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
@@ -44,7 +45,8 @@ def wait_until_up(base: str, process: subprocess.Popen) -> None:
             return
         except httpx.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {process.args}") from None
+                output = f":\n{log.read_text()[-3000:]}" if log else ""
+                raise RuntimeError(f"the server did not start: {process.args}{output}") from None
             time.sleep(0.1)
 
 

@@ -11,11 +11,10 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
-from live import ROOT, free_port
+from live import ROOT, free_port, wait_until_up
 from packaging.requirements import Requirement
 
 pytestmark = pytest.mark.slow
@@ -23,7 +22,6 @@ pytestmark = pytest.mark.slow
 # A fresh install, then starting an app whose every module is imported for the first time, on a
 # machine that may be running other suites: minutes are possible, so the waits are long.
 INSTALL_TIMEOUT = 900
-START_TIMEOUT = 120
 ADMIN_EMAIL = "packaging-admin@example.com"
 ADMIN_PASSWORD = "packaging-admin-pass"
 # Not part of the package: left out of the copy that is built (see _source_copy).
@@ -82,18 +80,6 @@ def _install(tmp_path: pathlib.Path) -> pathlib.Path:
     )
     assert install.returncode == 0, install.stdout + install.stderr
     return venv / "bin"
-
-
-def _wait_until_up(base: str, process: subprocess.Popen, log: pathlib.Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            httpx.get(f"{base}/v1/openapi.json", timeout=2)
-            return
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -188,5 +174,5 @@ def test_installed_package_serves_at_dependency_floors(tmp_path):
             stack.callback(_stop, process)
             started[name] = (f"http://127.0.0.1:{port}", process, log)
         for name, (base, process, log) in started.items():
-            _wait_until_up(base, process, log)
+            wait_until_up(base, process, log)
             _check_serves(base, sku=f"PKG-{name.upper()}")
