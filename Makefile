@@ -9,8 +9,8 @@ PORT ?= 8000
 # start-up if absent) and nothing with a published password is created there, unless asked
 # for: `make seed-demo` (SEED_DEMO=1). See models/demo.py.
 # The proxies whose X-Forwarded-For the app believes (FORWARDED_ALLOW_IPS; none by default):
-# the app reads it itself (shopapi/clients.py), so uvicorn's reading, which would believe any
-# local peer, is off. shopapi.http_server limits a request's head (32 KiB, 100 fields, 10 s),
+# the app reads it itself (shopapi/pipeline/callers.py), so uvicorn's reading, which would believe any
+# local peer, is off. shopapi.pipeline.http_server limits a request's head (32 KiB, 100 fields, 10 s),
 # which uvicorn's own protocol does not; idle kept-alive connections close after 5 s.
 VENV := .venv
 BIN := $(VENV)/bin
@@ -76,7 +76,7 @@ serve: install
 	@echo "  ($(if $(ADMIN_EMAIL),your admin $(ADMIN_EMAIL),in the demo database admin@example.com / admin-pass)."
 	@echo "   In the docs, Authorize under oauth2 (password).)"
 	$(BIN)/uvicorn --factory app:create_app --host $(HOST) --port $(PORT) --no-access-log \
-	  --log-config ops/logging.json --no-proxy-headers --http shopapi.http_server:HttpProtocol \
+	  --log-config ops/logging.json --no-proxy-headers --http shopapi.pipeline.http_server:HttpProtocol \
 	  --timeout-keep-alive 5
 
 # gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
@@ -84,9 +84,9 @@ serve-prod: install
 	BIND=$(HOST):$(PORT) $(BIN)/gunicorn -c ops/gunicorn.conf.py 'app:create_app()'
 
 # Delivers webhooks (and push notifications) from the events of a migrated database; see
-# shopapi/worker.py. On SQLite run one worker; on PostgreSQL as many as you like.
+# shopapi/events/worker.py. On SQLite run one worker; on PostgreSQL as many as you like.
 worker: install
-	$(BIN)/python -m shopapi.worker
+	$(BIN)/python -m shopapi.events.worker
 
 # One worker more than there are cores: part of the suite waits (servers starting, timeouts, the
 # browser), and the cores stay busy meanwhile (on 2 cores, 3 workers took 9:12, 2 took 9:59).
@@ -98,7 +98,7 @@ test: install-dev contract-tools
 # After an intended, compatible change to the v1 contract: make it the new baseline that
 # tests/test_contract_compatibility.py holds spec/ to.
 contract-snapshot: install-dev
-	$(BIN)/python tests/contract_compatibility.py --write
+	$(BIN)/python tests/support/contract_compatibility.py --write
 
 # The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
 # postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk.

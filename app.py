@@ -24,21 +24,23 @@ from connexion.options import SwaggerUIOptions
 
 from models import User, demo
 from models.db import close_connection, database, open_database, use
-from shopapi import logs, problems, security, served_contract, spec_files
-from shopapi.alerts import AlertWebhook
-from shopapi.api_versions import SPEC_FILES, ApiVersionMiddleware
-from shopapi.body_limit import BodyLimitMiddleware
-from shopapi.clients import ForwardedHeadersMiddleware, TrustedProxies
-from shopapi.cors import Cors
-from shopapi.deprecation import DeprecationMiddleware
-from shopapi.exact_paths import exact_routing, no_merge_slashes
-from shopapi.idempotency import IdempotencyMiddleware
-from shopapi.jsonifier import CompactJsonifier
-from shopapi.list_contract import expand
-from shopapi.media_types import MediaTypeMiddleware
-from shopapi.observability import ObservabilityMiddleware
-from shopapi.operations import Operations, operations_of
-from shopapi.rate_limits import (
+from shopapi.auth import security
+from shopapi.auth.tokens import AccessTokens
+from shopapi.contract import served, spec_files
+from shopapi.contract.list_language import expand
+from shopapi.contract.operations import Operations, operations_of
+from shopapi.contract.resolver import HandlerResolver
+from shopapi.contract.uri_parsing import ArrayFormsURIParser
+from shopapi.contract.validation import validator_map
+from shopapi.pipeline.body_limit import BodyLimitMiddleware
+from shopapi.pipeline.callers import ForwardedHeadersMiddleware, TrustedProxies
+from shopapi.pipeline.cors import Cors
+from shopapi.pipeline.deprecation import DeprecationMiddleware
+from shopapi.pipeline.exact_paths import exact_routing, no_merge_slashes
+from shopapi.pipeline.idempotency import IdempotencyMiddleware
+from shopapi.pipeline.media_types import MediaTypeMiddleware
+from shopapi.pipeline.observability import ObservabilityMiddleware
+from shopapi.pipeline.rate_limits import (
     AttemptLimitMiddleware,
     FailedAuthMiddleware,
     LimitCounter,
@@ -46,13 +48,14 @@ from shopapi.rate_limits import (
     RateLimitMiddleware,
     scaled,
 )
-from shopapi.request_id import is_sane_request_id, new_request_id
-from shopapi.resolver import HandlerResolver
+from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
+from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
-from shopapi.tokens import AccessTokens
-from shopapi.uri_parsing import ArrayFormsURIParser
-from shopapi.validation import validator_map
-from shopapi.wsgi_bridge import WSGIBridge
+from shopapi.telemetry import logs
+from shopapi.telemetry.alerts import AlertWebhook
+from shopapi.telemetry.request_id import is_sane_request_id, new_request_id
+from shopapi.web import problems
+from shopapi.web.jsonifier import CompactJsonifier
 
 SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
@@ -78,7 +81,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # Each version's contract, with the list language written into it: served as it is, and
     # enforced with API keys needing the operations' OAuth scopes.
     api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
-    contract_documents = served_contract.documents(api_specs)
+    contract_documents = served.documents(api_specs)
     api_specs = [security.with_api_key_scopes(spec) for spec in api_specs]
     use(open_database(settings.database_url, settings.database_pool_size))
 
@@ -92,8 +95,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     )
     no_merge_slashes(app)
     # Flask behind a bridge whose threads match the database pool and that hands each response
-    # back in one piece (shopapi/wsgi_bridge.py). FlaskApp offers no option for it: its inner
-    # app is the place.
+    # back in one piece (shopapi/pipeline/wsgi_bridge.py). FlaskApp offers no option for it: its
+    # inner app is the place.
     app._middleware_app.asgi_app = WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN.
@@ -127,7 +130,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
 
     _add_traffic_middleware(app, settings, api_specs, root_specs)
     app.add_middleware(
-        served_contract.ServedContractMiddleware,
+        served.ServedContractMiddleware,
         position=MiddlewarePosition.BEFORE_SWAGGER,
         documents=contract_documents,
     )

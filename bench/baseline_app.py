@@ -17,7 +17,7 @@ import orjson
 from handlers.products import represent
 from models import Product
 from models.db import close_connection, open_database, use
-from shopapi.jsonifier import OPTIONS
+from shopapi.web.jsonifier import OPTIONS
 
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_bench")
 

@@ -26,9 +26,9 @@ from models.db import (  # noqa: E402
     use,
 )
 from models.migrations import migrate  # noqa: E402
-from shopapi.listing import keyset_after  # noqa: E402
+from shopapi.auth.tokens import AccessTokens  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
-from shopapi.tokens import AccessTokens  # noqa: E402
+from shopapi.web.listing import keyset_after  # noqa: E402
 
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_bench")
 PRODUCTS = 100_000

@@ -45,8 +45,8 @@ from models import Order, OrderItem, Product, User  # noqa: E402
 from models.db import database  # noqa: E402
 from models.event import Event  # noqa: E402
 from models.user import ROLE_SCOPES  # noqa: E402
+from shopapi.auth.tokens import AccessTokens  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
-from shopapi.tokens import AccessTokens  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BIN = pathlib.Path(sys.executable).parent

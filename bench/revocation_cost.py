@@ -1,4 +1,4 @@
-"""What the revocation check costs a request (shopapi/revocations.py): authenticated
+"""What the revocation check costs a request (shopapi/auth/revocations.py): authenticated
 `GET /v1/products/{id}` through the whole app (every middleware, Connexion, Flask, the database),
 with the check as shipped (A) and without it (B, monkeypatched here only), in one process.
 
@@ -49,7 +49,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import shopapi.revocations  # noqa: E402
+import shopapi.auth.revocations  # noqa: E402
 from app import create_app  # noqa: E402
 from models import Product, Revocation, User  # noqa: E402
 from models.db import (  # noqa: E402
@@ -59,9 +59,9 @@ from models.db import (  # noqa: E402
     use,
 )
 from models.migrations import migrate  # noqa: E402
-from shopapi import security  # noqa: E402
+from shopapi.auth import security  # noqa: E402
+from shopapi.auth.tokens import CREDENTIALS_VERSION  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
-from shopapi.tokens import CREDENTIALS_VERSION  # noqa: E402
 
 JWT_SECRET = "bench-only-secret-0123456789abcdef"  # noqa: S105
 REVOKED_USERS = 10_000
@@ -102,7 +102,7 @@ class Bench:
         # Each request's log line would be most of what the output holds (and the same in A
         # and B): off.
         logging.getLogger("shopapi.requests").setLevel(logging.WARNING)
-        tokens = self.app.app.extensions["shopapi.tokens"]
+        tokens = self.app.app.extensions["shopapi.auth.tokens"]
         token = tokens.issue(str(user.id), ["products:read"], **{CREDENTIALS_VERSION: 0})
         self.path = f"/v1/products/{product.id}"
         self.headers = [
@@ -161,7 +161,7 @@ def _blocks(rounds: int) -> list[str]:
 
 def _refresh_every(bench: Bench, seconds: float) -> None:
     """Refresh the check's table every `seconds` from now on (the next check refreshes)."""
-    shopapi.revocations.REFRESH_EVERY = seconds
+    shopapi.auth.revocations.REFRESH_EVERY = seconds
     _stale(bench)
 
 

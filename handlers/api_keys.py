@@ -5,9 +5,9 @@ import datetime
 
 from models import ApiKey
 from models.errors import InvalidReference
-from shopapi.listing import list_response
-from shopapi.responses import created
-from shopapi.security import current_principal
+from shopapi.auth.security import current_principal
+from shopapi.web.listing import list_response
+from shopapi.web.responses import created
 
 
 def represent(key: ApiKey) -> dict:

@@ -9,10 +9,10 @@ anyone else could otherwise learn it by asking which events match.
 from connexion.exceptions import Forbidden
 
 from models import Event
-from shopapi.event_payloads import event_payload
-from shopapi.listing import list_response
-from shopapi.representations import current_version
-from shopapi.security import current_principal
+from shopapi.auth.security import current_principal
+from shopapi.events.payloads import event_payload
+from shopapi.web.listing import list_response
+from shopapi.web.representations import current_version
 
 _READ_SCOPES = {"product": "products:read", "order": "orders:read", "user": "users:read"}
 _ACTOR_FIELDS = ("actor_subject", "actor_user_id")

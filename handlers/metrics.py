@@ -1,6 +1,6 @@
 """The Prometheus scrape."""
 
-from shopapi.metrics import exposition
+from shopapi.telemetry.metrics import exposition
 
 
 def scrape_metrics():

@@ -13,8 +13,8 @@ import flask
 from models import OAuthClient, RefreshToken, User
 from models.refresh_token import RefreshTokenReused
 from models.user import ROLE_SCOPES, SCOPES, normalised_email
-from shopapi.rate_limits import limited_attempt
-from shopapi.tokens import CREDENTIALS_VERSION
+from shopapi.auth.tokens import CREDENTIALS_VERSION
+from shopapi.pipeline.rate_limits import limited_attempt
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -27,7 +27,7 @@ class OAuthError(Exception):
 
 
 def _tokens():
-    return flask.current_app.extensions["shopapi.tokens"]
+    return flask.current_app.extensions["shopapi.auth.tokens"]
 
 
 def _scopes_asked(body: dict, allowed: frozenset[str]) -> frozenset[str]:

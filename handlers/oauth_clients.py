@@ -1,8 +1,8 @@
 """External systems registered for the client_credentials grant."""
 
 from models import OAuthClient
-from shopapi.listing import list_response
-from shopapi.responses import created
+from shopapi.web.listing import list_response
+from shopapi.web.responses import created
 
 
 def represent(client: OAuthClient) -> dict:

@@ -4,7 +4,7 @@ Without the `admin` scope a caller reaches only its own orders (another user's i
 absent), places orders only for itself, and may cancel but not pay, ship or deliver.
 
 Each change writes its events (order.created, order.status_changed, order.cancelled, and
-product.low_stock for stock an order takes) in its own transaction: see shopapi/events.py.
+product.low_stock for stock an order takes) in its own transaction: see shopapi/events/outbox.py.
 """
 
 import collections
@@ -15,12 +15,12 @@ from connexion.exceptions import Forbidden
 from handlers import products
 from models import Order, OrderItem, Product, User
 from models.db import database
-from shopapi import events
-from shopapi.etags import if_match
-from shopapi.listing import list_response
-from shopapi.representations import versioned
-from shopapi.responses import created
-from shopapi.security import current_principal
+from shopapi.auth.security import current_principal
+from shopapi.events import outbox
+from shopapi.web.etags import if_match
+from shopapi.web.listing import list_response
+from shopapi.web.representations import versioned
+from shopapi.web.responses import created
 
 
 @versioned
@@ -104,8 +104,8 @@ def _record_low_stock(items: list[dict]) -> None:
     for item in items:
         taken[item["product_id"]] += item["quantity"]
     for product in Product.select().where(Product.id.in_(list(taken))).order_by(Product.id):
-        if events.fell_below_threshold(product.stock + taken[product.id], product.stock):
-            events.record("product.low_stock", product, products.represent)
+        if outbox.fell_below_threshold(product.stock + taken[product.id], product.stock):
+            outbox.record("product.low_stock", product, products.represent)
 
 
 def create_order(body):
@@ -113,7 +113,7 @@ def create_order(body):
         raise Forbidden("You can place orders only for yourself.")
     with database.atomic():
         order = Order.place(body["user_id"], body["items"], body.get("note"))
-        events.record("order.created", order, represent, owner_id=order.user_id)
+        outbox.record("order.created", order, represent, owner_id=order.user_id)
         _record_low_stock(body["items"])
     return created(represent(order), order.id)
 
@@ -131,7 +131,7 @@ def _changed(id: int, changes: dict) -> dict:
         order.change(changes)
         if order.status != status_before:
             moved = "order.cancelled" if order.status == "cancelled" else "order.status_changed"
-            events.record(moved, order, represent, owner_id=order.user_id)
+            outbox.record(moved, order, represent, owner_id=order.user_id)
         return represent(order)
 
 

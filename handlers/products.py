@@ -1,13 +1,13 @@
 """The product catalogue. Each change writes its event (product.created, product.updated,
-product.low_stock) in its own transaction: see shopapi/events.py."""
+product.low_stock) in its own transaction: see shopapi/events/outbox.py."""
 
 from models import Product
 from models.db import database
-from shopapi import events
-from shopapi.etags import if_match
-from shopapi.listing import list_response
-from shopapi.representations import versioned
-from shopapi.responses import created
+from shopapi.events import outbox
+from shopapi.web.etags import if_match
+from shopapi.web.listing import list_response
+from shopapi.web.representations import versioned
+from shopapi.web.responses import created
 
 
 @versioned
@@ -34,7 +34,7 @@ def list_products(**params):
 def create_product(body):
     with database.atomic():
         product = Product.new(body)
-        events.record("product.created", product, represent)
+        outbox.record("product.created", product, represent)
     return created(represent(product), product.id)
 
 
@@ -54,9 +54,9 @@ def _changed(id: int, change) -> dict:
         stock_before = product.stock
         change(product)
         product.save()
-        events.record("product.updated", product, represent)
-        if events.fell_below_threshold(stock_before, product.stock):
-            events.record("product.low_stock", product, represent)
+        outbox.record("product.updated", product, represent)
+        if outbox.fell_below_threshold(stock_before, product.stock):
+            outbox.record("product.low_stock", product, represent)
         return represent(product)
 
 

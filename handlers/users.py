@@ -19,12 +19,12 @@ from models import Revocation, User
 from models.db import database
 from models.passwords import hash_password
 from models.user import normalised_email
-from shopapi import events
-from shopapi.etags import if_match
-from shopapi.listing import list_response
-from shopapi.rate_limits import limited_attempt
-from shopapi.responses import created
-from shopapi.security import current_principal
+from shopapi.auth.security import current_principal
+from shopapi.events import outbox
+from shopapi.pipeline.rate_limits import limited_attempt
+from shopapi.web.etags import if_match
+from shopapi.web.listing import list_response
+from shopapi.web.responses import created
 
 
 def represent(user: User) -> dict:
@@ -62,7 +62,7 @@ def list_users(**params):
 def create_user(body):
     with database.atomic():
         user = User.new(body)
-        events.record("user.created", user, represent, owner_id=user.id)
+        outbox.record("user.created", user, represent, owner_id=user.id)
     return created(represent(user), user.id)
 
 

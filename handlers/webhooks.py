@@ -1,5 +1,6 @@
 """Webhooks: partners and admins register URLs that receive the events they may see; the worker
-(shopapi/worker.py) delivers them. A caller reaches only its own webhooks unless it has `admin`.
+(shopapi/events/worker.py) delivers them. A caller reaches only its own webhooks unless it has
+`admin`.
 """
 
 import flask
@@ -8,12 +9,12 @@ from connexion.exceptions import Forbidden
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.errors import InvalidReference
-from shopapi import webhook_signatures, webhook_targets
-from shopapi.listing import list_response
-from shopapi.problems import ValidationProblem
-from shopapi.representations import current_version
-from shopapi.responses import created
-from shopapi.security import current_principal
+from shopapi.auth.security import current_principal
+from shopapi.events import webhook_signatures, webhook_targets
+from shopapi.web.listing import list_response
+from shopapi.web.problems import ValidationProblem
+from shopapi.web.representations import current_version
+from shopapi.web.responses import created
 
 
 def represent(webhook: Webhook) -> dict:

@@ -4,5 +4,5 @@ import flask
 
 
 def get_jwks():
-    tokens = flask.current_app.extensions["shopapi.tokens"]
+    tokens = flask.current_app.extensions["shopapi.auth.tokens"]
     return tokens.jwks(), 200, {"Cache-Control": "public, max-age=3600"}

@@ -1,7 +1,7 @@
 """The outbox: one row per change a client may want to hear about, written in the transaction
 of the change itself, so a change that rolls back leaves no event and a committed one always has
-its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/worker.py) fans each event
-out to the webhooks subscribed to it and marks it `dispatched_at`."""
+its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/events/worker.py) fans each
+event out to the webhooks subscribed to it and marks it `dispatched_at`."""
 
 import functools
 import operator

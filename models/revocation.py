@@ -3,7 +3,7 @@ role changes.
 
 Each user has a credentials version, which every access and refresh token issued to them
 carries. A change bumps it, in the change's transaction, and records a `Revocation` row of the
-new version; the access tokens of an earlier version are then refused (shopapi/revocations.py
+new version; the access tokens of an earlier version are then refused (shopapi/auth/revocations.py
 keeps every process's view of these rows) and the user's refresh tokens are revoked.
 
 The rows are read by id (`id > the last one seen`), so they must become visible in id order: on
@@ -20,7 +20,7 @@ from models.refresh_token import RefreshToken
 from models.user import User
 
 # Revocations recorded by this process: a change here makes its own process look at once
-# (shopapi/revocations.py), rather than at its next scheduled refresh.
+# (shopapi/auth/revocations.py), rather than at its next scheduled refresh.
 _recorded_here = 0
 
 

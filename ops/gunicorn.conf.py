@@ -24,17 +24,17 @@ log = logging.getLogger("gunicorn.error")
 bind = [os.environ.get("BIND", "127.0.0.1:8000")]
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # uvicorn's worker, speaking uvicorn's httptools protocol with limits on a request's head (32 KiB,
-# 100 fields, 10 s to arrive; shopapi/http_server.py). gunicorn's limit_request_line,
+# 100 fields, 10 s to arrive; shopapi/pipeline/http_server.py). gunicorn's limit_request_line,
 # limit_request_fields and limit_request_field_size would not apply: uvicorn parses requests.
-worker_class = "shopapi.http_server.UvicornWorker"
+worker_class = "shopapi.pipeline.http_server.UvicornWorker"
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.
 keepalive = 5
 # The app writes its own request log (JSON on stdout); gunicorn's would repeat it.
 accesslog = None
 # The app reads X-Forwarded-For itself, believing only the proxies FORWARDED_ALLOW_IPS names
-# (shopapi/clients.py). gunicorn reads that variable too and hands it to the uvicorn workers,
-# whose own reading would replace the peer's address before the app sees it (and takes any
+# (shopapi/pipeline/callers.py). gunicorn reads that variable too and hands it to the uvicorn
+# workers, whose own reading would replace the peer's address before the app sees it (and takes any
 # value, an address or not): theirs is off.
 forwarded_allow_ips = ""
 # gunicorn 25.1+ would open a control socket for gunicornc under $XDG_RUNTIME_DIR or

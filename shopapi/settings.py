@@ -128,7 +128,7 @@ class Settings:
     # off in production unless asked for.
     validate_responses: bool = False
     # PostgreSQL connections per worker process, and the threads Flask runs on
-    # (shopapi/wsgi_bridge.py): a handler thread always finds a connection.
+    # (shopapi/pipeline/wsgi_bridge.py): a handler thread always finds a connection.
     database_pool_size: int = 10
     max_body_bytes: int = 1024 * 1024
     # Signs list cursors. Generated when unset, which suits one process: workers that share
@@ -158,7 +158,7 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     cors_allow_credentials: bool = False
     # The proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are
-    # believed (shopapi/clients.py); none by default: the peer is the client.
+    # believed (shopapi/pipeline/callers.py); none by default: the peer is the client.
     forwarded_allow_ips: tuple[str, ...] = ()
     # /metrics takes an admin's credentials (the `admin` scope); this token, when set, lets
     # Prometheus scrape it too (as does the production server's separate METRICS_BIND listener).
@@ -178,7 +178,7 @@ class Settings:
     webhook_timeout_seconds: float = 10.0
     webhook_retry_base_seconds: float = 30.0
     webhook_max_attempts: int = 8
-    # The worker (shopapi/worker.py) looks for new events and due deliveries this often, and
+    # The worker (shopapi/events/worker.py) looks for new events and due deliveries this often, and
     # delivers with this many threads (one worker process on SQLite, which has one writer).
     webhook_poll_seconds: float = 1.0
     webhook_worker_threads: int = 4

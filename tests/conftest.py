@@ -9,13 +9,13 @@ import os
 import connexion
 import peewee
 import pytest
-from helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
 from app import create_app
 from models import MODELS
 from models.db import create_database_if_missing, open_database, use
 from models.migrations import migrate
-from shopapi import security
+from shopapi.auth import security
 from shopapi.settings import Settings
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -2,7 +2,7 @@
 
 import datetime
 
-from helpers import assert_problem, bearer_for, create_user
+from support.helpers import assert_problem, bearer_for, create_user
 
 from models import ApiKey
 

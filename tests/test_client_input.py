@@ -1,5 +1,6 @@
 """Nothing a client sends is a 500, or is answered with what its Host header says. Each rule is
-held to every operation, parameter or field the served contracts have (tests/contract_walk.py):
+held to every operation, parameter or field the served contracts have
+(tests/support/contract_walk.py):
 
 - a body's media type is read as RFC 9110 reads it, in any case and with parameters, so every
   body is validated; a body without a Content-Type is 415;
@@ -18,10 +19,10 @@ import string
 from urllib.parse import quote, quote_from_bytes
 
 import pytest
-from contract_walk import operations, pointers_of_format
-from helpers import assert_problem, create_user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.contract_walk import operations, pointers_of_format
+from support.helpers import assert_problem, create_user
 
 NUL = "must not contain NUL characters"
 

@@ -4,8 +4,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from helpers import bearer, bearer_for
-from live import live_server
+from support.helpers import bearer, bearer_for
+from support.live import live_server
 
 pytestmark = pytest.mark.slow
 

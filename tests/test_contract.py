@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import bearer_for, create_user
-from live import ROOT, live_server
+from support.helpers import bearer_for, create_user
+from support.live import ROOT, live_server
 
 from models.user import SCOPES
 
@@ -22,8 +22,8 @@ SCHEMATHESIS = pathlib.Path(sys.executable).parent / "schemathesis"
 
 def _credentials(client, scheme: str) -> tuple[str, dict]:
     """An admin's bearer token or API key, and the ids the fuzzer must leave alone
-    (tests/schemathesis_hooks.py): deleting or demoting the admin, or revoking the key, would
-    end the run's credentials."""
+    (tests/support/schemathesis_hooks.py): deleting or demoting the admin, or revoking the key,
+    would end the run's credentials."""
     # The spec's examples name user 1: let that be one the fuzzer may delete, not its admin.
     create_user(client)
     admin = create_user(client, role="admin")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from contract_compatibility import SNAPSHOT, SOURCE, breaking_changes, served_v1_contract
+from support.contract_compatibility import SNAPSHOT, SOURCE, breaking_changes, served_v1_contract
 
 
 def test_the_v1_contract_keeps_everything_the_snapshot_promised():

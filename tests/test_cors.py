@@ -3,7 +3,7 @@ checks each kind of response), other origins get none, a refused preflight is a 
 document, and without CORS_ORIGINS the API is same-origin only."""
 
 import pytest
-from helpers import assert_problem, bearer
+from support.helpers import assert_problem, bearer
 
 ORIGIN = "https://app.example.com"
 

@@ -4,9 +4,9 @@ import time
 
 import httpx
 import pytest
-from breakable_database import breakable
-from helpers import assert_problem, bearer
-from live import live_server
+from support.breakable_database import breakable
+from support.helpers import assert_problem, bearer
+from support.live import live_server
 
 from models.db import CHECK_IDLE_AFTER_SECONDS
 

@@ -8,7 +8,7 @@ import os
 import sqlite3
 
 import pytest
-from live import ROOT, run_module
+from support.live import ROOT, run_module
 
 from models import User, demo, seed
 from models.passwords import verify_password

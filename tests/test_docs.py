@@ -9,9 +9,9 @@ import httpx
 import jsonschema
 import pytest
 import yaml
-from contract_walk import follow_ref
-from live import ROOT, live_server
 from openapi_spec_validator import validate
+from support.contract_walk import follow_ref
+from support.live import ROOT, live_server
 
 METHODS = ("get", "put", "post", "delete", "patch")
 # Headers that change what a request does: an example of one would be filled in by Swagger UI

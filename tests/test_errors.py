@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from helpers import assert_problem, create_product
+from support.helpers import assert_problem, create_product
 
 
 def test_malformed_json_is_400(client):

@@ -8,10 +8,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from helpers import assert_problem, bearer, bearer_for, create_product, create_user, place_order
-from live import live_server
+from support.helpers import (
+    assert_problem,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+)
+from support.live import live_server
 
-from shopapi.etags import tag_of
+from shopapi.web.etags import tag_of
 
 STRONG = re.compile(r'^"[A-Za-z0-9_-]+"$')
 WEAK = re.compile(r'^W/"[A-Za-z0-9_-]+"$')

@@ -5,7 +5,14 @@ import contextlib
 
 import peewee
 import pytest
-from helpers import assert_problem, bearer, bearer_for, create_product, create_user, place_order
+from support.helpers import (
+    assert_problem,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+)
 
 from models.db import database
 

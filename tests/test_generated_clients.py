@@ -22,7 +22,7 @@ from types import ModuleType
 
 import httpx
 import pytest
-from live import live_server
+from support.live import live_server
 
 pytestmark = pytest.mark.slow
 

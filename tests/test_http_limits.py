@@ -1,6 +1,6 @@
-"""A request's head is limited where uvicorn's own protocol does not (shopapi/http_server.py):
-its size, its number of fields and the time it takes to arrive; the servers `make serve`,
-`make serve-prod` and the tests start all speak that protocol."""
+"""A request's head is limited where uvicorn's own protocol does not
+(shopapi/pipeline/http_server.py): its size, its number of fields and the time it takes to arrive;
+the servers `make serve`, `make serve-prod` and the tests start all speak that protocol."""
 
 import contextlib
 import http
@@ -11,11 +11,11 @@ import socket
 import time
 
 import pytest
-from live import ROOT, SERVE_OPTIONS, live_server
+from support.live import ROOT, SERVE_OPTIONS, live_server
 
 from models.db import open_database
 from models.migrations import migrate
-from shopapi import http_server
+from shopapi.pipeline import http_server
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def test_the_servers_the_tests_start_run_as_make_serve_does():
     line = " ".join(command)
     assert " ".join(SERVE_OPTIONS) in line
     gunicorn_conf = (ROOT / "ops" / "gunicorn.conf.py").read_text()
-    assert 'worker_class = "shopapi.http_server.UvicornWorker"' in gunicorn_conf
+    assert 'worker_class = "shopapi.pipeline.http_server.UvicornWorker"' in gunicorn_conf
     assert 'forwarded_allow_ips = ""' in gunicorn_conf
 
 

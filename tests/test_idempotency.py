@@ -10,14 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from breakable_database import breakable
-from helpers import assert_problem, bearer, bearer_for, create_product, create_user, place_order
-from live import live_server
+from support.breakable_database import breakable
+from support.helpers import (
+    assert_problem,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+)
+from support.live import live_server
 
 from models import IdempotencyKey, Product
 from models.db import database, is_postgresql
 from models.fields import utc_now
-from shopapi.idempotency import LEASE, LIFETIME, PURGE_EVERY, fingerprint, fingerprint_key
+from shopapi.pipeline.idempotency import LEASE, LIFETIME, PURGE_EVERY, fingerprint, fingerprint_key
 
 KEY = "8e03978e-40d5-43e8-bc93-6894a57f9324"
 # The identity of helpers.bearer()'s token, as the rate limits and the keys count clients.

@@ -3,10 +3,10 @@
 from urllib.parse import quote
 
 import pytest
-from contract_walk import operations
-from helpers import assert_problem, create_product, create_user, place_order
+from support.contract_walk import operations
+from support.helpers import assert_problem, create_product, create_user, place_order
 
-from shopapi.list_contract import TEXT_FILTER_MAX_LENGTH, filterable, listed_properties
+from shopapi.contract.list_language import TEXT_FILTER_MAX_LENGTH, filterable, listed_properties
 
 
 def ids(response):

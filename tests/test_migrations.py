@@ -4,7 +4,7 @@ import uuid
 
 import peewee
 import pytest
-from live import run_module
+from support.live import run_module
 
 from models.db import open_database
 from models.migrations import migrate

@@ -5,7 +5,7 @@ import base64
 import logging
 
 import pytest
-from helpers import create_user
+from support.helpers import create_user
 
 import models.passwords
 

@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 import yaml
-from helpers import assert_problem, bearer, bearer_for, create_user
-from metrics_text import sample_sum
+from support.helpers import assert_problem, bearer, bearer_for, create_user
+from support.metrics_text import sample_sum
 
 ORIGIN = "https://app.example.com"
 METRICS_TOKEN = "metrics-token-for-tests"

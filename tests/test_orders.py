@@ -1,5 +1,5 @@
 import pytest
-from helpers import assert_problem, create_product, create_user, place_order
+from support.helpers import assert_problem, create_product, create_user, place_order
 
 
 def stock_of(client, product):

@@ -14,8 +14,8 @@ import sys
 
 import httpx
 import pytest
-from live import ROOT, free_port, wait_until_up
 from packaging.requirements import Requirement
+from support.live import ROOT, free_port, wait_until_up
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 import pytest
-from helpers import create_product
+from support.helpers import create_product
 
 
 @pytest.fixture

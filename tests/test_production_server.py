@@ -6,9 +6,9 @@ import concurrent.futures
 
 import httpx
 import pytest
-from helpers import bearer
-from live import free_port, production_server
-from metrics_text import sample_sum
+from support.helpers import bearer
+from support.live import free_port, production_server
+from support.metrics_text import sample_sum
 
 pytestmark = pytest.mark.slow
 

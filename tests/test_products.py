@@ -1,4 +1,4 @@
-from helpers import assert_problem, create_product
+from support.helpers import assert_problem, create_product
 
 
 def test_create_answers_201_with_location_and_defaults(client):

@@ -16,15 +16,15 @@ import httpx
 import pytest
 import redis
 import yaml
-from helpers import assert_problem, bearer, create_user
-from live import live_server, production_server
-from metrics_text import sample_sum
-from tcp_proxy import TcpProxy
+from support.helpers import assert_problem, bearer, create_user
+from support.live import live_server, production_server
+from support.metrics_text import sample_sum
+from support.tcp_proxy import TcpProxy
 
 from app import SPEC_DIR
-from shopapi.clients import TrustedProxies
-from shopapi.operations import operations_of
-from shopapi.rate_limits import scaled
+from shopapi.contract.operations import operations_of
+from shopapi.pipeline.callers import TrustedProxies
+from shopapi.pipeline.rate_limits import scaled
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 METRICS_TOKEN = "metrics-token-for-tests"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from live import ROOT
+from support.live import ROOT
 
 SETUP = configparser.ConfigParser()
 SETUP.read(ROOT / "setup.cfg")

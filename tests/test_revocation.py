@@ -7,9 +7,9 @@ import time
 
 import httpx
 import pytest
-from helpers import assert_problem, bearer_for, create_user
 from jose import jwt
-from live import live_server
+from support.helpers import assert_problem, bearer_for, create_user
+from support.live import live_server
 
 from models import RefreshToken, Revocation, User
 from models.db import database
@@ -17,7 +17,7 @@ from models.db import database
 TOKEN = "/v1/oauth/token"
 PASSWORD = "correct horse"  # helpers.create_user's
 # How long another process may take to refuse a revoked token: it rereads the revocations at
-# least every second (shopapi/revocations.py); the rest is room for a busy machine.
+# least every second (shopapi/auth/revocations.py); the rest is room for a busy machine.
 PROPAGATION_DEADLINE_SECONDS = 30
 
 
@@ -144,7 +144,7 @@ def test_a_change_that_fails_revokes_nothing(client, anonymous):
 
 
 def test_a_token_of_a_user_with_orders_survives_a_refused_deletion(client, anonymous):
-    from helpers import create_product, place_order
+    from support.helpers import create_product, place_order
 
     user = create_user(client)
     assert place_order(client, user, (create_product(client), 1)).status_code == 201

@@ -10,7 +10,8 @@ import time
 
 import pytest
 import yaml
-from helpers import (
+from jose import jwt
+from support.helpers import (
     JWT_SECRET,
     assert_problem,
     bearer,
@@ -21,8 +22,7 @@ from helpers import (
     place_order,
     segment,
 )
-from jose import jwt
-from live import ROOT
+from support.live import ROOT
 
 from models import ApiKey
 from models.user import SCOPES
@@ -148,7 +148,7 @@ def test_a_token_whose_times_are_not_numbers_is_401_every_time(anonymous):
 
 
 def test_a_token_accepted_before_is_refused_once_it_expires(anonymous):
-    """Tokens issued here are checked once and their claims kept (shopapi/tokens.py); a kept
+    """Tokens issued here are checked once and their claims kept (shopapi/auth/tokens.py); a kept
     token still expires. This one is past its exp but within the 30 s leeway for ~1.5 s."""
     now = time.time()
     token = _signed(claims(iat=int(now) - 60, exp=int(now - 28.5)))

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from live import (
+from support.live import (
     ROOT,
     STARTUP_DEADLINE_SECONDS,
     free_port,

@@ -1,7 +1,7 @@
 import os
 
 import pytest
-from live import run_module
+from support.live import run_module
 
 from shopapi.settings import ConfigurationError, Settings
 

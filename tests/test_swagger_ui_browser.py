@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from contract_walk import follow_ref
-from live import live_server
+from support.contract_walk import follow_ref
+from support.live import live_server
 
 try:
     from playwright.sync_api import expect, sync_playwright

@@ -12,8 +12,8 @@ import time
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from helpers import assert_problem, claims, create_user, segment
 from jose import jwk, jwt
+from support.helpers import assert_problem, claims, create_user, segment
 
 from app import create_app
 from shopapi.settings import Settings

@@ -1,4 +1,11 @@
-from helpers import assert_problem, bearer, bearer_for, create_product, create_user, place_order
+from support.helpers import (
+    assert_problem,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+)
 
 from models import User
 
@@ -38,7 +45,7 @@ def test_short_password_and_bad_email_are_named(client):
 
 
 def test_user_with_orders_cannot_be_deleted(client):
-    from helpers import create_product, place_order
+    from support.helpers import create_product, place_order
 
     user = create_user(client)
     assert place_order(client, user, (create_product(client), 1)).status_code == 201
@@ -47,7 +54,7 @@ def test_user_with_orders_cannot_be_deleted(client):
 
 
 def test_a_users_orders_are_listed_under_the_user(client):
-    from helpers import create_product, place_order
+    from support.helpers import create_product, place_order
 
     ada, bob = create_user(client), create_user(client)
     product = create_product(client)

@@ -7,11 +7,11 @@ import email.utils
 import re
 
 import pytest
-from contract_walk import follow_ref
-from helpers import assert_problem, bearer, create_product, create_user, place_order
+from support.contract_walk import follow_ref
+from support.helpers import assert_problem, bearer, create_product, create_user, place_order
 
-from shopapi.money import MAX_MINOR_UNITS, amount, exponent
 from shopapi.settings import ConfigurationError
+from shopapi.web.money import MAX_MINOR_UNITS, amount, exponent
 
 V2 = {"Accept": "application/vnd.shopapi.v2+json"}
 

@@ -1,5 +1,6 @@
-"""The webhook worker (shopapi/worker.py) as it runs: a real `python -m shopapi.worker` process
-against the test database, posting to a real local receiver (tests/receiver.py)."""
+"""The webhook worker (shopapi/events/worker.py) as it runs: a real `python -m
+shopapi.events.worker` process against the test database, posting to a real local receiver
+(tests/support/receiver.py)."""
 
 import datetime
 import os
@@ -17,15 +18,15 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from helpers import bearer, create_product, create_user, place_order
-from receiver import Drip, Hold, Receiver, in_turn
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
+from support.helpers import bearer, create_product, create_user, place_order
+from support.receiver import Drip, Hold, Receiver, in_turn
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.db import database
-from shopapi import push, webhook_delivery, webhook_signatures, webhook_targets
+from shopapi.events import push, webhook_delivery, webhook_signatures, webhook_targets
+from shopapi.events.worker import fan_out
 from shopapi.settings import Settings
-from shopapi.worker import fan_out
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST = {
@@ -75,7 +76,7 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "shopapi.worker"],
+            [sys.executable, "-m", "shopapi.events.worker"],
             cwd=ROOT,
             env={**os.environ, "DATABASE_URL": database_url, **FAST, **env},
             stdout=self._log,
@@ -830,7 +831,7 @@ def test_an_order_event_notifies_its_owner_and_a_product_event_nobody(start_work
     assert worker.stop() == 0
 
     [logged] = worker.log_entries("push notification")
-    assert logged["logger"] == "shopapi.push"
+    assert logged["logger"] == "shopapi.events.push"
     assert logged["fcm"] == {
         "message": {
             "topic": "user-7",

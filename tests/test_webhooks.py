@@ -2,7 +2,7 @@
 itself, by the worker, is tests/test_webhook_delivery.py."""
 
 import pytest
-from helpers import assert_problem, bearer, bearer_for, create_product, create_user
+from support.helpers import assert_problem, bearer, bearer_for, create_product, create_user
 
 HOOK = {"url": "https://hooks.example.com/shopapi", "events": ["order.created"]}
 

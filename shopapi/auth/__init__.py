@@ -1,0 +1,2 @@
+"""Who is calling: access tokens and their revocation, the security schemes, the principal, the
+OAuth grants."""

@@ -1,0 +1,93 @@
+"""Which access tokens are revoked, as this process knows it: a user's tokens of a credentials
+version older than their latest revocation (models/revocation.py).
+
+Checked on every request with a user's bearer token, so the check is a dictionary lookup: the
+revocations are kept in memory and brought up to date with one query on the primary key
+(`id > the last one seen`) when a check finds them more than REFRESH_EVERY seconds old, or
+finds that this process recorded one since. The query runs in a worker thread, off the event
+loop (shopapi/auth/security.py).
+
+So a revocation committed at time T is seen by every process, on any host, for every check that
+starts after T + REFRESH_EVERY: each check uses revocations read by a query started less than
+REFRESH_EVERY before it (a check that finds them older waits for the query). No clock is
+compared across hosts: tokens carry a version, not a time. On the process that made the change,
+the next check looks at once (unless a concurrent refresh read the table in the instant before
+the change committed; then REFRESH_EVERY bounds it too).
+
+When the database cannot be read, checks that need a refresh fail (503) rather than trust
+revocations older than promised.
+"""
+
+import datetime
+import threading
+import time
+
+from models.db import database
+from models.revocation import Revocation, recorded_here
+
+REFRESH_EVERY = 1.0
+# A revocation matters while a token issued before it can still be unexpired: ACCESS_TOKEN_TTL
+# is at most a day, a token is accepted 30 s past its expiry (shopapi/auth/tokens.py), and the
+# hosts' clocks may differ a little. Older ones are forgotten, and not read at start-up.
+KEEP_SECONDS = 24 * 3600 + 30 + 600
+PRUNE_EVERY = 60.0
+
+
+class Revocations:
+    def __init__(self):
+        # User id -> the oldest credentials version still valid; and when it was revoked.
+        self._valid_from: dict[int, int] = {}
+        self._revoked_at: dict[int, float] = {}
+        self._last_id: int | None = None
+        self._fresh_until = float("-inf")
+        self._recorded_seen = recorded_here()
+        self._pruned_at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def is_current(self) -> bool:
+        """Whether `refuses` may answer now without a refresh first."""
+        return time.monotonic() < self._fresh_until and self._recorded_seen == recorded_here()
+
+    def refuses(self, user_id: int, credentials_version: int) -> bool:
+        """Whether a token of `user_id` issued under `credentials_version` is revoked."""
+        return credentials_version < self._valid_from.get(user_id, 0)
+
+    def refresh(self) -> None:
+        """Read what was revoked since the last refresh, unless another thread just did. Blocks
+        on the database: call it off the event loop."""
+        with self._lock:
+            if self.is_current():
+                return
+            started, recorded = time.monotonic(), recorded_here()
+            with database.connection_context():
+                if self._last_id is None:
+                    cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
+                        seconds=KEEP_SECONDS
+                    )
+                    last_id, rows = Revocation.since(cutoff)
+                else:
+                    rows = Revocation.after(self._last_id)
+                    last_id = rows[-1][0] if rows else self._last_id
+            for _, user_id, version, revoked_at in rows:
+                if version > self._valid_from.get(user_id, 0):
+                    self._valid_from[user_id] = version
+                    self._revoked_at[user_id] = revoked_at
+            self._last_id = last_id
+            self._recorded_seen = recorded
+            self._fresh_until = started + REFRESH_EVERY
+            if started - self._pruned_at > PRUNE_EVERY:
+                self._prune()
+                self._pruned_at = started
+
+    def _prune(self) -> None:
+        cutoff = time.time() - KEEP_SECONDS
+        for user_id in [u for u, at in self._revoked_at.items() if at < cutoff]:
+            del self._valid_from[user_id], self._revoked_at[user_id]
+
+    def forget(self) -> None:
+        """Start over from the table (the tests empty the database and restart its ids)."""
+        with self._lock:
+            self._valid_from.clear()
+            self._revoked_at.clear()
+            self._last_id = None
+            self._fresh_until = float("-inf")

@@ -1,0 +1,228 @@
+"""Who is calling: the checks Connexion runs for the spec's security schemes, and the principal
+the handlers then see.
+
+Connexion enforces scopes only for `oauth2` schemes, so bearer tokens are declared as one
+(`x-tokenInfoFunc` below) and Connexion compares the token's `scope` with the operation's. An
+`apiKey` scheme gets no such check, so `api_key_info` compares the scopes itself and fails the
+same way (403 OAuthScopeProblem).
+
+These run in Connexion's security middleware, before Flask: they find the app's token keys
+through the ASGI scope, and run the API-key lookup off the event loop with its own connection.
+
+A bearer token this service issued to a user is refused once the user is deleted or changes
+password, email or role (shopapi/auth/revocations.py); the client then gets a new token, which
+carries the user's current role.
+"""
+
+import dataclasses
+import functools
+import hmac
+import weakref
+
+import anyio.to_thread
+import connexion
+import peewee
+from connexion.exceptions import OAuthProblem, OAuthScopeProblem
+from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
+
+from models import ApiKey
+from models.db import database
+from models.user import ROLE_SCOPES
+from shopapi.auth.revocations import Revocations
+from shopapi.auth.tokens import CREDENTIALS_VERSION, AccessTokens, InvalidToken
+
+
+@dataclasses.dataclass(frozen=True)
+class _Keys:
+    tokens: AccessTokens
+    metrics_token: str | None
+    revocations: Revocations
+
+
+_keys_of: "weakref.WeakKeyDictionary[object, _Keys]" = weakref.WeakKeyDictionary()
+
+REALM = "shopapi"
+
+
+class _SignatureReadOnce:
+    """Connexion's security handlers read the check function's signature (inspect.signature,
+    twice) on every request to learn which arguments it takes; it cannot change, so once is
+    enough."""
+
+    @staticmethod
+    @functools.cache
+    def _accepts_kwarg(func, keyword: str) -> bool:
+        return AbstractSecurityHandler._accepts_kwarg(func, keyword)
+
+
+# Connexion's handler for each scheme type, reading signatures once (FlaskApp(security_map=...)).
+SECURITY_MAP = {
+    kind: type(handler.__name__, (_SignatureReadOnce, handler), {})
+    for kind, handler in SECURITY_HANDLERS.items()
+}
+
+
+def with_api_key_scopes(spec: dict) -> dict:
+    """`spec` (in place) with each `apiKey` requirement given the scopes of the `oauth2`
+    requirement beside it. OpenAPI 3.0 allows scopes only on OAuth schemes, so the contract
+    lists none for API keys and says that a key needs the operation's OAuth scopes; Connexion
+    passes a requirement's scopes to `api_key_info`, which checks them."""
+    requirement_lists = [spec.get("security", [])]
+    for item in spec["paths"].values():
+        requirement_lists += [
+            op["security"] for op in item.values() if isinstance(op, dict) and "security" in op
+        ]
+    for requirements in requirement_lists:
+        oauth_scopes = next((r["oauth2"] for r in requirements if "oauth2" in r), [])
+        for requirement in requirements:
+            if requirement.get("apiKey") == []:
+                requirement["apiKey"] = list(oauth_scopes)
+    return spec
+
+
+def install(app: connexion.FlaskApp, tokens: AccessTokens, metrics_token: str | None) -> None:
+    """Make `tokens` the keys of `app`'s security checks and handlers, and `metrics_token` the
+    one that reads its metrics."""
+    _keys_of[app.middleware] = _Keys(tokens, metrics_token, Revocations())
+    app.app.extensions["shopapi.auth.tokens"] = tokens
+
+
+def revocations_of(app: connexion.FlaskApp) -> Revocations:
+    """What `app` knows of revoked tokens."""
+    return _keys_of[app.middleware].revocations
+
+
+def tokens_of(scope) -> AccessTokens:
+    """The token keys of the app serving this ASGI request scope."""
+    return _keys_of[scope["app"]].tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """The caller. `user_id` is the user it acts as (None for an OAuth client or an external
+    system); without the `admin` scope it reaches only that user's record and orders."""
+
+    subject: str
+    scopes: frozenset[str]
+    user_id: int | None
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
+    def reaches(self, user_id: int) -> bool:
+        """May this caller see and change what belongs to `user_id`?"""
+        return self.is_admin or (self.user_id is not None and self.user_id == user_id)
+
+    def only_reachable(self, query, owner_field):
+        """`query` narrowed to rows this caller reaches, `owner_field` naming their user. Without
+        `admin`, credentials acting for no user reach none (not the rows that have no owner)."""
+        if self.is_admin:
+            return query
+        if self.user_id is None:
+            return query.where(peewee.SQL("1 = 0"))
+        return query.where(owner_field == self.user_id)
+
+
+def current_principal() -> Principal:
+    info = connexion.context.context["token_info"]
+    return Principal(
+        subject=info["sub"], scopes=frozenset(info["scope"].split()), user_id=info["user_id"]
+    )
+
+
+REVOKED = (
+    "The token has been revoked: its user was deleted, or changed password, email or role, "
+    "since it was issued."
+)
+
+
+def token_info(token: str, request) -> dict:
+    """x-tokenInfoFunc: the claims of a valid bearer token (401 otherwise, revoked included).
+    Answers a coroutine, which Connexion awaits, when revocations must be read first."""
+    keys = _keys_of[request.scope["app"]]
+    try:
+        claims = keys.tokens.verify(token)
+    except InvalidToken as error:
+        raise OAuthProblem(detail=str(error)) from None
+    subject = claims["sub"]
+    issued_here = claims["iss"] == keys.tokens.issuer
+    user_id = int(subject) if issued_here and subject.isdigit() else None
+    info = {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
+    if user_id is None:
+        return info  # a client's, or another issuer's: no user of ours revokes it
+    return _unless_revoked(keys.revocations, info, claims.get(CREDENTIALS_VERSION, 0))
+
+
+def _unless_revoked(revocations: Revocations, info: dict, credentials_version: int):
+    if not revocations.is_current():
+        return _unless_revoked_after_refresh(revocations, info, credentials_version)
+    if revocations.refuses(info["user_id"], credentials_version):
+        raise OAuthProblem(detail=REVOKED)
+    return info
+
+
+async def _unless_revoked_after_refresh(
+    revocations: Revocations, info: dict, credentials_version: int
+) -> dict:
+    await anyio.to_thread.run_sync(revocations.refresh)
+    if revocations.refuses(info["user_id"], credentials_version):
+        raise OAuthProblem(detail=REVOKED)
+    return info
+
+
+async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
+    """x-apikeyInfoFunc: the owner and scopes of a usable API key (401 otherwise, 403 when the
+    key lacks a scope the operation requires)."""
+    found = await anyio.to_thread.run_sync(_find_api_key, api_key)
+    if found is None:
+        raise OAuthProblem(detail="The API key is not valid.")
+    key, owner_role = found
+    if not key.usable:
+        raise OAuthProblem(detail="The API key has been revoked or has expired.")
+    # A key never exceeds its owner's current role, even if the owner was demoted since.
+    scopes = set(key.scopes.split()) & ROLE_SCOPES.get(owner_role, frozenset())
+    if not set(required_scopes or ()) <= scopes:
+        raise OAuthScopeProblem(token_scopes=sorted(scopes), required_scopes=required_scopes)
+    return {"sub": f"api-key:{key.id}", "scope": " ".join(sorted(scopes)), "user_id": key.owner_id}
+
+
+def metrics_token_info(token: str, request) -> dict | None:
+    """x-bearerInfoFunc of the metrics scrape: the configured METRICS_TOKEN (401 otherwise)."""
+    expected = _keys_of[request.scope["app"]].metrics_token
+    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        return None
+    return {"sub": "metrics-scraper", "scope": "", "user_id": None}
+
+
+def _find_api_key(secret: str):
+    with database.connection_context():
+        return ApiKey.find(secret)
+
+
+NO_CREDENTIALS = "This operation needs a bearer token (Authorization) or an API key (X-API-Key)."
+
+
+# The request headers that carry credentials, lower-cased.
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+
+
+def presented_credentials(request) -> bool:
+    return any(name in request.headers for name in CREDENTIAL_HEADERS)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def challenge(request, status: int, detail: str, required_scopes=None) -> str:
+    """The RFC 6750 `WWW-Authenticate` value for a 401 or a 403 from the security checks."""
+    parts = [f"Bearer realm={_quoted(REALM)}"]
+    if status == 403:
+        parts.append('error="insufficient_scope"')
+        if required_scopes:
+            parts.append(f"scope={_quoted(' '.join(sorted(required_scopes)))}")
+    elif presented_credentials(request):
+        parts.append('error="invalid_token"')
+        parts.append(f"error_description={_quoted(detail)}")
+    return ", ".join(parts)

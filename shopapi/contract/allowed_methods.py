@@ -1,0 +1,27 @@
+"""Which methods each path of the contract allows, for the `Allow` header of a 405.
+
+Connexion routes every (path, method) as its own Starlette route, so a 405 carries the methods of
+whichever single route matched first (`Allow: GET, HEAD` on a path that also takes POST). RFC 9110
+§15.5.6 asks for all of them.
+"""
+
+from shopapi.contract.operations import HTTP_METHODS, route_pattern
+
+
+class AllowedMethods:
+    def __init__(self, specs: list[dict]):
+        self._paths = []
+        for spec in specs:
+            base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
+            for template, item in spec["paths"].items():
+                pattern = route_pattern(base + template)
+                methods = {m.upper() for m in item if m in HTTP_METHODS}
+                if "GET" in methods:
+                    methods.add("HEAD")
+                self._paths.append((pattern, ", ".join(sorted(methods))))
+
+    def header_for(self, path: str) -> str | None:
+        for pattern, allow in self._paths:
+            if pattern.fullmatch(path):
+                return allow
+        return None

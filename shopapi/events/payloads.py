@@ -1,0 +1,30 @@
+"""An event as clients receive it: in the feed (`GET /v1/events`) and in a webhook's POST."""
+
+import orjson
+
+from models import Event
+from shopapi.web.representations import in_version
+
+# Who acted, as anyone but an admin sees it: an empty subject and no user. The contract keeps
+# both fields in every event, `actor_subject` a string and `actor_user_id` nullable.
+HIDDEN_ACTOR = {"actor_subject": "", "actor_user_id": None}
+
+
+def event_payload(event: Event, version: int, *, shows_actor: bool) -> dict:
+    """`event` with its resource snapshot in `version`'s representation (the outbox keeps v1's).
+    `occurred_at` stays a datetime: shopapi.web.jsonifier.OPTIONS writes it as RFC 3339 with `Z`.
+    Who acted (staff, API keys, OAuth clients) is shown only where `shows_actor`: to an admin."""
+    actor = (
+        {"actor_subject": event.actor_subject, "actor_user_id": event.actor_user_id}
+        if shows_actor
+        else HIDDEN_ACTOR
+    )
+    return {
+        "id": event.id,
+        "type": event.type,
+        "occurred_at": event.occurred_at,
+        "resource_type": event.resource_type,
+        "resource_id": event.resource_id,
+        **actor,
+        "data": in_version(orjson.loads(event.data), version),
+    }

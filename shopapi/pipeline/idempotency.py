@@ -1,0 +1,232 @@
+"""`Idempotency-Key` (draft-ietf-httpapi-idempotency-key-header) on the operations whose spec
+declares the header: the first answer to a client's key is stored for 24 hours and replayed,
+byte for byte, with `Idempotent-Replayed: true`, without running the handler again.
+
+- The same key with another request (method, path or body) is 422; while the first request with
+  the key is still running, a retry is 409 with `Retry-After`.
+- The key is claimed by inserting a row with a unique (client, key) index, so of concurrent
+  retries on any number of workers and hosts exactly one runs (models.IdempotencyKey).
+- A 5xx is not stored: the claim is deleted and a retry runs again. A claim left in flight
+  longer than LEASE (its worker died) is taken over by a retry of the same request.
+- The request is recognised by an HMAC of its method, path and body, keyed with a secret
+  derived from CURSOR_SECRET: bodies carry passwords, and a plain hash of one would let a reader
+  of the table test guesses.
+
+This runs inside Connexion's security and request validation (MiddlewarePosition.BEFORE_CONTEXT):
+the client is known, the header has been validated against the spec, and a request refused by
+validation never claims a key, so its retry is simply refused again. Validation reads the body
+and hands the original messages on (connexion's AbstractRequestBodyValidator.wrap_receive); they
+are read whole again here for the fingerprint and replayed to the handler.
+
+A handler's refusals (a 409 out of stock, a 422 unknown product) travel up as exceptions to
+Connexion's exception middleware, outside this one. To be stored like any other answer they
+are turned into their responses here, by the same handlers (shopapi.web.problems).
+"""
+
+import datetime
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+from collections.abc import Callable, Mapping
+
+import anyio.to_thread
+from connexion.exceptions import ProblemException
+from connexion.middleware.exceptions import ExceptionMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from models import IdempotencyKey
+from models.db import database
+from shopapi.contract.operations import Operations
+from shopapi.pipeline.buffered_body import read_body, replay_body
+from shopapi.pipeline.callers import client_of
+from shopapi.web.problems import ValidationProblem
+
+log = logging.getLogger("shopapi.pipeline.idempotency")
+
+HEADER = b"idempotency-key"
+REPLAYED = (b"idempotent-replayed", b"true")
+# How long a key and its answer are kept: long enough for any client's retries.
+LIFETIME = datetime.timedelta(hours=24)
+# A claim still unanswered after this long belongs to a worker that died, and a retry of the
+# same request runs it again. Requests here take milliseconds, and their waits for a pooled
+# connection or SQLite's lock give up after 10 s: only a request stuck for five minutes (on a
+# PostgreSQL row lock, which has no timeout) could be run twice. And a client retrying after a
+# crash waits minutes, not a day.
+LEASE = datetime.timedelta(minutes=5)
+# Seconds a retry of a request still running should wait: requests take milliseconds.
+IN_FLIGHT_RETRY_AFTER = 1
+# Every this many claims, a worker deletes expired rows (at most PURGE_BATCH, through the index
+# on claimed_at), after its response has gone: the table holds about a day of keys and no
+# request waits for a large delete.
+PURGE_EVERY = 100
+PURGE_BATCH = 1000
+
+
+class KeyReused(ProblemException):
+    def __init__(self):
+        detail = (
+            "This Idempotency-Key was used for another request (another method, path or body); "
+            "use a new key for a new request."
+        )
+        super().__init__(
+            status=422,
+            title="Unprocessable Content",
+            detail=detail,
+            ext={"errors": [{"parameter": "Idempotency-Key", "detail": detail}]},
+        )
+
+
+class KeyInFlight(ProblemException):
+    def __init__(self):
+        super().__init__(
+            status=409,
+            title="Conflict",
+            detail=(
+                "A request with this Idempotency-Key is still being processed; retry after "
+                f"{IN_FLIGHT_RETRY_AFTER} second(s) to get its answer."
+            ),
+            headers={"Retry-After": str(IN_FLIGHT_RETRY_AFTER)},
+        )
+
+
+def fingerprint_key(secret: bytes) -> bytes:
+    """The fingerprints' own key, derived so that it signs nothing else (cursors use `secret`)."""
+    return hmac.new(secret, b"shopapi idempotency-key fingerprint", hashlib.sha256).digest()
+
+
+def fingerprint(key: bytes, method: str, path: str, query: bytes, body: bytes) -> str:
+    """HMAC-SHA256 of the request, each part length-prefixed so no two requests share one."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (method.encode(), path.encode("utf-8", "surrogateescape"), query, body):
+        mac.update(len(part).to_bytes(8, "big") + part)
+    return mac.hexdigest()
+
+
+async def _in_database(function: Callable, *args):
+    """Run a Peewee call off the event loop, on a connection opened and closed around it."""
+
+    def run():
+        with database.connection_context():
+            return function(*args)
+
+    return await anyio.to_thread.run_sync(run)
+
+
+class IdempotencyMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        operations: Operations,
+        secret: bytes,
+        error_handlers: Mapping[type[Exception], Callable],
+    ):
+        self.app = app
+        self.operations = operations
+        self.fingerprint_key = fingerprint_key(secret)
+        self.answering = ExceptionMiddleware(app)
+        for exception, handler in error_handlers.items():
+            self.answering.add_exception_handler(exception, handler)
+        self._claims = itertools.count(1)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self._key_of(scope)
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        client = client_of(scope)
+        request = fingerprint(
+            self.fingerprint_key, scope["method"], scope["path"], scope["query_string"], body
+        )
+        token, held = await _in_database(
+            IdempotencyKey.claim, client, key, request, LEASE, LIFETIME
+        )
+        if token is None:
+            if held.fingerprint != request:
+                raise KeyReused()
+            if not held.answered:
+                raise KeyInFlight()
+            await _replay(held, send)
+            return
+        try:
+            start, body_messages = await self._answer(scope, replay_body(body, receive))
+        except Exception:
+            await self._release(client, key, token)
+            raise
+        if start["status"] >= 500:
+            await self._release(client, key, token)
+        else:
+            await self._store(client, key, token, start, body_messages)
+        await send(start)
+        for message in body_messages:
+            await send(message)
+        if next(self._claims) % PURGE_EVERY == 0:
+            await self._purge()
+
+    def _key_of(self, scope: Scope) -> str | None:
+        if scope["type"] != "http":
+            return None
+        operation = self.operations.of(scope)
+        if operation is None or not operation.accepts_idempotency_key:
+            return None
+        keys = [value for name, value in scope["headers"] if name == HEADER]
+        if len(keys) > 1:
+            raise ValidationProblem(
+                [{"parameter": "Idempotency-Key", "detail": "must be sent once, not repeated"}]
+            )
+        # Already checked against the spec (printable ASCII): decoding cannot fail.
+        return keys[0].decode("ascii") if keys else None
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[Message, list[Message]]:
+        """The app's whole response, errors turned into their problem responses."""
+        messages: list[Message] = []
+
+        async def keep(message: Message) -> None:
+            messages.append(message)
+
+        # A copy of the scope: the exception middleware notes its handlers in it, and the
+        # outer one, which reads that note, must keep its own.
+        await self.answering(dict(scope), receive, keep)
+        start, *rest = messages
+        return start, [m for m in rest if m["type"] == "http.response.body"]
+
+    async def _store(
+        self, client: str, key: str, token: str, start: Message, body_messages: list[Message]
+    ) -> None:
+        headers = json.dumps(
+            [[n.decode("latin-1"), v.decode("latin-1")] for n, v in start["headers"]]
+        )
+        body = b"".join(m.get("body", b"") for m in body_messages)
+        try:
+            stored = await _in_database(
+                IdempotencyKey.answer, client, key, token, start["status"], headers, body
+            )
+        except Exception as error:
+            # The answer is still the client's to have; a retry finds the key in flight until
+            # the lease ends.
+            log.warning("could not store the answer to an idempotency key: %s", error)
+            return
+        if not stored:
+            log.warning("an idempotency key was taken over before its answer was stored")
+
+    async def _release(self, client: str, key: str, token: str) -> None:
+        try:
+            await _in_database(IdempotencyKey.release, client, key, token)
+        except Exception as error:  # the answer goes out whatever happens to the key
+            log.warning("could not release an idempotency key (its lease will): %s", error)
+
+    async def _purge(self) -> None:
+        try:
+            await _in_database(IdempotencyKey.purge, LIFETIME, PURGE_BATCH)
+        except Exception as error:  # the response has gone: there is no one to tell
+            log.warning("could not purge expired idempotency keys: %s", error)
+
+
+async def _replay(held: IdempotencyKey, send: Send) -> None:
+    headers = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in json.loads(held.headers)]
+    await send(
+        {"type": "http.response.start", "status": held.status, "headers": [*headers, REPLAYED]}
+    )
+    await send({"type": "http.response.body", "body": bytes(held.body)})

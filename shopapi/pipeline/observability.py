@@ -1,0 +1,105 @@
+"""Every request, whichever layer answers it, is measured once here: counted and timed in the
+metrics, written as one JSON log line, and, when slower than SLOW_REQUEST_MS, logged as a warning,
+counted and alerted on.
+
+It sits outside Connexion's exception handling and CORS, so it sees the final status of every
+response: a 401 from security, a 400 from validation, a preflight, a 429, a 500. The operation is
+read after the call from what Connexion's router noted in the scope.
+"""
+
+import logging
+import time
+
+from asgi_correlation_id import correlation_id
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shopapi.contract.operations import Operations
+from shopapi.pipeline.callers import client_address
+from shopapi.pipeline.cors import is_preflight
+from shopapi.telemetry import metrics
+from shopapi.telemetry.alerts import AlertWebhook
+
+log = logging.getLogger("shopapi.requests")
+
+# A user agent is logged up to this length: enough to identify it, too short to flood the log.
+MAX_USER_AGENT = 200
+
+
+class ObservabilityMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        operations: Operations,
+        slow_request_ms: int,
+        alerts: AlertWebhook | None = None,
+    ):
+        self.app = app
+        self.operations = operations
+        self.slow_request_ms = slow_request_ms
+        self.alerts = alerts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Created here so that the router's note lands in a dict this scope shares, even when an
+        # inner layer passes a copy of the scope on.
+        scope.setdefault("extensions", {})
+        # As the client sent it: an unversioned path gets its version further in.
+        path = scope["path"]
+        status = 500  # what the client gets if the app fails before answering
+        started = time.perf_counter()
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        metrics.IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            metrics.IN_FLIGHT.dec()
+            self._record(scope, path, status, time.perf_counter() - started)
+
+    def _record(self, scope: Scope, path: str, status: int, seconds: float) -> None:
+        routed = self.operations.of(scope)
+        operation = routed.id if routed else _unrouted(scope)
+        method = scope["method"]
+        metrics.REQUESTS.labels(operation, method, status).inc()
+        metrics.DURATION.labels(operation, method, status).observe(seconds)
+        fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)
+        log.info("request", extra={"fields": fields})
+        if seconds * 1000 > self.slow_request_ms:
+            metrics.SLOW_REQUESTS.labels(operation, method).inc()
+            log.warning(
+                "slow request: over %d ms",
+                self.slow_request_ms,
+                extra={"fields": {**fields, "threshold_ms": self.slow_request_ms}},
+            )
+            if self.alerts is not None:
+                self.alerts.slow_request(fields, self.slow_request_ms)
+
+
+def _unrouted(scope: Scope) -> str:
+    return metrics.PREFLIGHT if is_preflight(scope) else metrics.NO_OPERATION
+
+
+def _log_fields(
+    scope: Scope, path: str, operation: str, route: str | None, status: int, seconds: float
+):
+    token_info = scope["extensions"].get("connexion_context", {}).get("token_info") or {}
+    user_agent = dict(scope["headers"]).get(b"user-agent", b"")[:MAX_USER_AGENT]
+    return {
+        "request_id": correlation_id.get(),
+        "method": scope["method"],
+        "path": path,
+        "route": route,
+        "operation": operation,
+        "status": status,
+        "duration_ms": round(seconds * 1000, 2),
+        "client": token_info.get("sub"),
+        "client_address": client_address(scope),
+        "user_agent": user_agent.decode("latin-1"),
+    }

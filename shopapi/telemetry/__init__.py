@@ -1,0 +1,1 @@
+"""What operators see: JSON logs, request ids, Prometheus metrics, alerts."""

@@ -1,0 +1,74 @@
+"""Prometheus metrics, in prometheus_client's registry (or its multiprocess files when
+PROMETHEUS_MULTIPROC_DIR is set, as the production server does, so that a scrape sums every
+worker).
+
+prometheus-flask-exporter is not used: it sees only what reaches Flask, so it misses the
+responses Connexion's middleware gives itself (400, 401, 403, 405, preflights) and labels a 404
+as a 500. shopapi.pipeline.observability records every response from outside all of
+Connexion's layers instead.
+"""
+
+import os
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+# `operation` is the spec's operationId, or one of these for requests no operation answered.
+NO_OPERATION = "none"
+PREFLIGHT = "preflight"
+
+REQUESTS = Counter(
+    "http_requests_total",
+    "Responses, by operation, method and status.",
+    ["operation", "method", "status"],
+)
+DURATION = Histogram(
+    "http_request_duration_seconds",
+    "Time from the request's arrival to the end of its response.",
+    ["operation", "method", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+IN_FLIGHT = Gauge(
+    "http_requests_in_flight",
+    "Requests being handled now.",
+    multiprocess_mode="livesum",
+)
+SLOW_REQUESTS = Counter(
+    "http_slow_requests_total",
+    "Responses slower than SLOW_REQUEST_MS.",
+    ["operation", "method"],
+)
+RATE_LIMITED = Counter(
+    "http_rate_limited_total",
+    "Requests refused with 429: over the client's quota (client), after too many failed "
+    "authentication attempts from one address (failed_auth), too many wrong passwords for one "
+    "account (failed_login) or too many taken emails tried by one user (email_taken).",
+    ["operation", "limit"],
+)
+RATE_LIMIT_STORAGE_ERRORS = Counter(
+    "rate_limit_storage_errors_total",
+    "Requests served without a rate limit because the limit store failed (fail open).",
+)
+ALERT_WEBHOOK_ERRORS = Counter(
+    "alert_webhook_errors_total",
+    "Alerts that could not be posted to ALERT_WEBHOOK_URL, or were dropped with the queue full.",
+)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The metrics in Prometheus text format, and their media type."""
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    # Plain text without a version is the classic text format to every Prometheus; Connexion
+    # wants the media type exactly as the spec declares it.
+    return generate_latest(registry), "text/plain"

@@ -1,0 +1,2 @@
+"""What handlers answer with: lists and cursors, ETags, versioned representations, money, problems,
+JSON."""

@@ -1,0 +1,142 @@
+"""ETags and conditional requests (RFC 9110 §8.8.3, §13.1): cheap re-reads, no lost updates.
+
+A tag is the hash of the representation a handler returns, rendered as the client receives it;
+never of a row's columns or `updated_at`. One row has several representations (another API
+version shows it differently), and each needs a tag that changes exactly when it does.
+
+The contract says which operations take part; `conditional`, applied by the resolver to every
+handler, reads it there:
+- a 200 response that declares an `ETag` header carries one: weak for a list (`x-list-of`, a page
+  of a query, good for revalidating a copy, never for `If-Match`), strong otherwise;
+- a GET that declares `If-None-Match` answers 304 without a body when it matches;
+- an operation that declares `If-Match` runs in one transaction when the request carries it; its
+  handler reads the row locked and passes it through `if_match` before changing it, so that no
+  other request can change the row between the check and the change.
+"""
+
+import base64
+import functools
+import hashlib
+import re
+
+import flask
+import orjson
+from connexion.exceptions import ProblemException
+
+from models.db import database
+from shopapi.web.jsonifier import OPTIONS
+
+# The jsonifier's rendering (compact, times as clients see them) with sorted keys, so that equal
+# representations hash alike in whatever order a handler built them.
+_CANONICAL = OPTIONS | orjson.OPT_SORT_KEYS
+# An entity-tag: `W/` when weak, then an opaque quoted string (which may contain commas).
+_ENTITY_TAG = re.compile(r'(W/)?"([^"]*)"')
+
+
+def tag_of(representation, *, weak: bool = False) -> str:
+    """The entity-tag of a representation: base64url SHA-256 of its canonical JSON."""
+    digest = hashlib.sha256(orjson.dumps(representation, option=_CANONICAL)).digest()
+    opaque = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return f'W/"{opaque}"' if weak else f'"{opaque}"'
+
+
+def _listed(field_value: str) -> list[tuple[bool, str]]:
+    """(weak, opaque) of each entity-tag in an If-Match or If-None-Match field value."""
+    return [(bool(weak), opaque) for weak, opaque in _ENTITY_TAG.findall(field_value)]
+
+
+def matches_weakly(field_value: str, tag: str) -> bool:
+    """If-None-Match: `*` (there is a current representation), or any listed tag with the same
+    opaque value, weak or not (weak comparison, §8.8.3.2)."""
+    if field_value.strip() == "*":
+        return True
+    _, opaque = _listed(tag)[0]
+    return any(listed == opaque for _, listed in _listed(field_value))
+
+
+def matches_strongly(field_value: str, tag: str) -> bool:
+    """If-Match: `*` (the resource exists), or a listed strong tag equal to the strong `tag`
+    (strong comparison: a weak tag never matches)."""
+    if field_value.strip() == "*":
+        return True
+    return any(not weak and f'"{opaque}"' == tag for weak, opaque in _listed(field_value))
+
+
+class PreconditionFailed(ProblemException):
+    """412: the resource is no longer the one the client read."""
+
+    def __init__(self, thing: str):
+        super().__init__(
+            status=412,
+            title="Precondition Failed",
+            detail=(
+                f"The {thing} has changed since you read it: If-Match does not match its "
+                "current ETag, so nothing was changed. GET it again for its current state and "
+                "ETag, and send your change again with that ETag if it still applies."
+            ),
+        )
+
+
+def if_match(row, represent):
+    """`row`, when the request's If-Match (if it has one) matches the strong ETag of
+    `represent(row)`; otherwise PreconditionFailed, before anything changes.
+
+    `row` must have been read locked (BaseModel.get_for_update) inside the transaction that
+    `conditional` opens for a request with If-Match, and be changed in it. A missing or
+    unreachable row has already answered 404: preconditions never reveal what a client may not
+    see."""
+    field_value = flask.request.headers.get("If-Match")
+    if field_value is None:
+        return row
+    if not database.in_transaction():
+        # The check would not hold until the change: the operation must declare If-Match.
+        raise RuntimeError("If-Match checked outside a transaction: declare it in the spec")
+    if not matches_strongly(field_value, tag_of(represent(row))):
+        raise PreconditionFailed(type(row).__name__.lower())
+    return row
+
+
+def _resolved(node: dict, spec: dict) -> dict:
+    while "$ref" in node:
+        path = node["$ref"].removeprefix("#/").split("/")
+        node = functools.reduce(lambda parent, key: parent[key], path, spec)
+    return node
+
+
+def conditional(handler, spec: dict, path: str, method: str):
+    """`handler`, which answers `(body, status, headers)`, with the ETag behaviour that its
+    operation (`method` on `path` in `spec`) declares; `handler` itself when it declares none."""
+    item = spec["paths"][path]
+    operation = item[method]
+    parameters = [*item.get("parameters", ()), *operation.get("parameters", ())]
+    header_parameters = {
+        parameter["name"].lower()
+        for parameter in (_resolved(p, spec) for p in parameters)
+        if parameter["in"] == "header"
+    }
+    success = _resolved(operation["responses"].get("200", {}), spec)
+    tagged = any(name.lower() == "etag" for name in success.get("headers", {}))
+    weak = "x-list-of" in operation
+    revalidates = method == "get" and "if-none-match" in header_parameters
+    guarded = "if-match" in header_parameters
+    if not (tagged or guarded):
+        return handler
+
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        if guarded and "If-Match" in flask.request.headers:
+            with database.atomic():
+                body, status, headers = handler(*args, **kwargs)
+        else:
+            body, status, headers = handler(*args, **kwargs)
+        if not tagged or status != 200:
+            return body, status, headers
+        tag = tag_of(body, weak=weak)
+        condition = flask.request.headers.get("If-None-Match")
+        if revalidates and condition is not None and matches_weakly(condition, tag):
+            # No body. Connexion insists on knowing a content type; werkzeug drops it from a 304
+            # along with the other representation headers (RFC 9110 §15.4.5).
+            return None, 304, {"Content-Type": headers["Content-Type"], "ETag": tag}
+        return body, status, {**headers, "ETag": tag}
+
+    return wrapper

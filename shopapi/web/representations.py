@@ -1,0 +1,98 @@
+"""What differs between API versions: how a resource is shown and read. Handlers and models are
+shared; a handler's `represent` gives v1's representation, and `versioned` turns it into the one
+of the version the request came through.
+
+v1 writes money as `<name>_cents` (minor units) with the `currency` beside it; v2 writes it as
+`<name>: {"amount": "12.50", "currency": "EUR"}` (see shopapi/web/money.py). Otherwise the versions
+are the same.
+"""
+
+import functools
+
+import flask
+
+from shopapi.web import money
+from shopapi.web.problems import ValidationProblem
+
+_MINOR_UNITS = "_cents"
+
+
+def current_version() -> int:
+    """The version this request is served in: its path's first segment (`/v2/...`). An
+    unversioned path has been given one from `Accept` before routing
+    (shopapi/pipeline/versions.py)."""
+    return int(flask.request.path.split("/", 2)[1].removeprefix("v"))
+
+
+def _money_shown(fields: dict, currency: str | None = None) -> dict:
+    """v2's form of a v1 representation: each `<name>_cents` becomes `<name>` with the
+    currency of its object (or of the enclosing one: an order's items), which then goes."""
+    currency = fields.get("currency", currency)
+    has_money = any(name.endswith(_MINOR_UNITS) for name in fields)
+    shown = {}
+    for name, value in fields.items():
+        if name.endswith(_MINOR_UNITS):
+            price = {"amount": money.amount(value, currency), "currency": currency}
+            shown[name.removesuffix(_MINOR_UNITS)] = price
+        elif name == "currency" and has_money:
+            continue
+        elif isinstance(value, list):
+            shown[name] = [_money_shown(v, currency) if isinstance(v, dict) else v for v in value]
+        else:
+            shown[name] = value
+    return shown
+
+
+def _money_read(body: dict) -> dict:
+    """v1's form of a v2 request body: `price: {amount, currency}` becomes `price_cents` and
+    `currency`."""
+    read = {}
+    for name, value in body.items():
+        if isinstance(value, dict) and value.keys() == {"amount", "currency"}:
+            currency = value["currency"]
+            minor = money.minor_units(value["amount"], currency)
+            if minor is None:
+                raise _bad_amount(
+                    name, f"has more decimals than {currency} has ({money.exponent(currency)})"
+                )
+            if minor > money.MAX_MINOR_UNITS:
+                raise _bad_amount(
+                    name, f"must be at most {money.amount(money.MAX_MINOR_UNITS, currency)}"
+                )
+            read[f"{name}{_MINOR_UNITS}"] = minor
+            read["currency"] = currency
+        else:
+            read[name] = value
+    return read
+
+
+def _bad_amount(name: str, detail: str) -> ValidationProblem:
+    return ValidationProblem([{"pointer": f"/{name}/amount", "detail": detail}])
+
+
+# How each version after v1 changes v1's representations: (shown, read).
+_CHANGES = {2: (_money_shown, _money_read)}
+
+
+def in_version(fields: dict, version: int) -> dict:
+    """v1's representation `fields` as `version` shows it."""
+    change = _CHANGES.get(version)
+    return change[0](fields) if change else fields
+
+
+def versioned(represent):
+    """Decorates a handler's `represent(row) -> dict` (v1's representation) to give the
+    representation of the request's version. The undecorated function stays reachable as
+    `represent.__wrapped__` (the events' snapshots are v1's)."""
+
+    @functools.wraps(represent)
+    def shown(row) -> dict:
+        return in_version(represent(row), current_version())
+
+    return shown
+
+
+def read(body):
+    """A request body in v1's form, whichever version it was sent in."""
+    change = _CHANGES.get(current_version())
+    return change[1](body) if change and isinstance(body, dict) else body

@@ -1,0 +1,1 @@
+"""What the tests share: helpers, live servers, fakes of the outside world."""

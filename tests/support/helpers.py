@@ -1,0 +1,91 @@
+"""Requests the tests make often, through the API itself, and the credentials they use."""
+
+import base64
+import itertools
+import json
+import time
+
+from models.user import ROLE_SCOPES, SCOPES
+from shopapi.auth.tokens import AccessTokens
+from shopapi.settings import Settings
+
+_serial = itertools.count(1)
+
+# The signing secret of every app and live server the tests start, so that a token minted here
+# is good for all of them.
+JWT_SECRET = "tests-only-secret-0123456789abcdef"
+# The suite sends many requests from one client: limits this many times the spec's keep out of
+# its way (test_traffic.py tests the limits themselves).
+RATE_LIMIT_SCALE = 1000
+TOKENS = AccessTokens(Settings(jwt_secret=JWT_SECRET.encode()))
+
+
+def claims(**changes) -> dict:
+    """The claims of a valid admin token of ours; a change to None leaves that claim out."""
+    now = int(time.time())
+    valid = {
+        "iss": "shopapi",
+        "aud": "shopapi",
+        "sub": "client:tests",
+        "iat": now,
+        "exp": now + 300,
+        "scope": " ".join(SCOPES),
+    }
+    return {k: v for k, v in {**valid, **changes}.items() if v is not None}
+
+
+def segment(value) -> str:
+    """A JWT segment: base64url JSON without padding, for tokens jose would refuse to make."""
+    encoded = base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode())
+    return encoded.rstrip(b"=").decode()
+
+
+def bearer(subject: str = "client:tests", scopes=SCOPES) -> dict:
+    """Headers carrying a valid access token; by default an admin OAuth client's."""
+    return {"Authorization": f"Bearer {TOKENS.issue(subject, scopes)}"}
+
+
+def bearer_for(user: dict) -> dict:
+    """Headers carrying a token for `user` (a user as the API returned it), with its role's
+    scopes, as the password grant would issue it."""
+    return bearer(str(user["id"]), ROLE_SCOPES[user["role"]])
+
+
+def create_user(client, **fields):
+    n = next(_serial)
+    body = {"email": f"user{n}@example.com", "name": f"User {n}", "password": "correct horse"}
+    response = client.post("/v1/users", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def create_product(client, **fields):
+    n = next(_serial)
+    body = {"sku": f"SKU-{n:05d}", "name": f"Product {n}", "price_cents": 1000, "stock": 10}
+    response = client.post("/v1/products", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def place_order(client, user, *lines, note=None):
+    """`lines` are (product, quantity) pairs."""
+    body = {
+        "user_id": user["id"],
+        "items": [{"product_id": p["id"], "quantity": q} for p, q in lines],
+    }
+    if note is not None:
+        body["note"] = note
+    return client.post("/v1/orders", json=body)
+
+
+def assert_problem(response, status: int):
+    """The response is an RFC 9457 problem of `status`, carrying the request id."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["type"] == "about:blank"
+    assert body["title"] and body["detail"]
+    assert body["request_id"] == response.headers["x-request-id"]
+    assert "Traceback" not in response.text
+    return body

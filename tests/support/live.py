@@ -1,0 +1,134 @@
+"""A real uvicorn server in a child process, for tests that need true concurrency or that
+cut the database away under a running server."""
+
+import contextlib
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STARTUP_DEADLINE_SECONDS = 120
+# The options `make serve` gives uvicorn (tests/test_http_limits.py holds the Makefile to them):
+# its log lines are JSON, the app reads X-Forwarded-For itself (FORWARDED_ALLOW_IPS), and the
+# protocol limits a request's head.
+SERVE_OPTIONS = (
+    "--log-config",
+    "ops/logging.json",
+    "--no-proxy-headers",
+    "--http",
+    "shopapi.pipeline.http_server:HttpProtocol",
+    "--timeout-keep-alive",
+    "5",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(base: str, process: subprocess.Popen, log: pathlib.Path | None = None) -> None:
+    """Until `process` serves the contract at `base`; a failure quotes the end of `log`."""
+    # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds;
+    # a healthy one answers at once.
+    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+    while True:
+        try:
+            httpx.get(f"{base}/v1/openapi.json", timeout=10)
+            return
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                output = f":\n{log.read_text()[-3000:]}" if log else ""
+                raise RuntimeError(f"the server did not start: {process.args}{output}") from None
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _serving(process: subprocess.Popen, port: int):
+    """The base URL of `process` once it answers on `port`; stopped (SIGTERM) after."""
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(base, process)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _server_env(database_url: str, env: dict) -> dict:
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "JWT_SECRET": JWT_SECRET,
+        "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
+        **env,
+    }
+
+
+def uvicorn_command(port: int) -> list[str]:
+    """uvicorn serving the app on `port` as `make serve` runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        *SERVE_OPTIONS,
+    ]
+
+
+def run_module(module: str, env: dict, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
+    """`python -m module` as `make` runs it (`make migrate`, `make seed`), with exactly `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@contextlib.contextmanager
+def live_server(database_url: str, **env):
+    """uvicorn serving the app as `make serve` does; its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*uvicorn_command(port), "--log-level", "warning"],
+        cwd=ROOT,
+        env=_server_env(database_url, env),
+    )
+    with _serving(process, port) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def production_server(database_url: str, **env):
+    """gunicorn with uvicorn workers as `make serve-prod` runs it (ops/gunicorn.conf.py); its
+    base URL. `env` may set WEB_CONCURRENCY and the rest of that file's settings; a variable
+    given as None is removed from the server's environment."""
+    port = free_port()
+    server_env = _server_env(database_url, {"BIND": f"127.0.0.1:{port}", **env})
+    server_env = {name: value for name, value in server_env.items() if value is not None}
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    process = subprocess.Popen(
+        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
+        cwd=ROOT,
+        env=server_env,
+        stdout=subprocess.DEVNULL,
+    )
+    with _serving(process, port) as base:
+        yield base
