@@ -9,7 +9,7 @@ PORT ?= 8000
 # start-up if absent) and nothing with a published password is created there, unless asked
 # for: `make seed-demo` (SEED_DEMO=1). See models/demo.py.
 # The proxies whose X-Forwarded-For the app believes (FORWARDED_ALLOW_IPS; none by default):
-# the app reads it itself (shopapi/pipeline/callers.py), so uvicorn's reading, which would believe any
+# the app reads it itself (shopapi/pipeline/forwarded.py), so uvicorn's reading, which would believe any
 # local peer, is off. shopapi.pipeline.http_server limits a request's head (32 KiB, 100 fields, 10 s),
 # which uvicorn's own protocol does not; idle kept-alive connections close after 5 s.
 VENV := .venv

@@ -18,12 +18,21 @@ with warnings.catch_warnings():
     )
     import connexion
 
+from functools import partial
+
 from asgi_correlation_id import CorrelationIdMiddleware
-from connexion.middleware import MiddlewarePosition
+from connexion.middleware.context import ContextMiddleware
+from connexion.middleware.exceptions import ExceptionMiddleware
+from connexion.middleware.lifespan import LifespanMiddleware
+from connexion.middleware.request_validation import RequestValidationMiddleware
+from connexion.middleware.response_validation import ResponseValidationMiddleware
+from connexion.middleware.security import SecurityMiddleware
+from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
 from models import User, demo
 from models.db import close_connection, database, open_database, use
+from shopapi import internals
 from shopapi.auth import security
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import served, spec_files
@@ -32,22 +41,26 @@ from shopapi.contract.operations import Operations, operations_of
 from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
+from shopapi.pipeline.attempt_limits import AttemptLimitMiddleware
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
-from shopapi.pipeline.callers import ForwardedHeadersMiddleware, TrustedProxies
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
-from shopapi.pipeline.exact_paths import exact_routing, no_merge_slashes
+from shopapi.pipeline.exact_paths import (
+    ExactRoutingMiddleware,
+    ExactSwaggerUIMiddleware,
+    no_merge_slashes,
+)
+from shopapi.pipeline.forwarded import ForwardedHeadersMiddleware, TrustedProxies
 from shopapi.pipeline.idempotency import IdempotencyMiddleware
+from shopapi.pipeline.limit_counter import LimitCounter, scaled
 from shopapi.pipeline.media_types import MediaTypeMiddleware
 from shopapi.pipeline.observability import ObservabilityMiddleware
 from shopapi.pipeline.rate_limits import (
-    AttemptLimitMiddleware,
     FailedAuthMiddleware,
-    LimitCounter,
     RateLimitHeadersMiddleware,
     RateLimitMiddleware,
-    scaled,
 )
+from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
@@ -83,24 +96,22 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
     contract_documents = served.documents(api_specs)
     api_specs = [security.with_api_key_scopes(spec) for spec in api_specs]
+    # The well-known URIs and the metrics live at the root, outside the versioned API, with no
+    # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN.
+    root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
     use(open_database(settings.database_url, settings.database_pool_size))
 
     app = connexion.FlaskApp(
         __name__,
         specification_dir=SPEC_DIR,
+        middlewares=pipeline(settings, api_specs, root_specs, contract_documents),
         jsonifier=CompactJsonifier(),
         validator_map=validator_map,
         security_map=security.SECURITY_MAP,
         uri_parser_class=ArrayFormsURIParser,
     )
     no_merge_slashes(app)
-    # Flask behind a bridge whose threads match the database pool and that hands each response
-    # back in one piece (shopapi/pipeline/wsgi_bridge.py). FlaskApp offers no option for it: its
-    # inner app is the place.
-    app._middleware_app.asgi_app = WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
-    # The well-known URIs and the metrics live at the root, outside the versioned API, with no
-    # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN.
-    root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
+    internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size))
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
     # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
     docs_only = SwaggerUIOptions(serve_spec=False)
@@ -117,6 +128,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
             validate_responses=settings.validate_responses,
             swagger_ui_options=docs,
         )
+    problems.register(app, api_specs)
     app.app.teardown_request(close_connection)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
@@ -127,112 +139,92 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)
     demo.warn_of_published_passwords(settings)
-
-    _add_traffic_middleware(app, settings, api_specs, root_specs)
-    app.add_middleware(
-        served.ServedContractMiddleware,
-        position=MiddlewarePosition.BEFORE_SWAGGER,
-        documents=contract_documents,
-    )
-    problems.register(app, api_specs)
-    exact_routing(app)  # last: it replaces the Connexion middleware add_middleware looks for
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
     return app
 
 
-def _add_traffic_middleware(
-    app: connexion.FlaskApp, settings: Settings, api_specs: list[dict], root_specs: list[dict]
-):
-    """Outside Connexion's exception handling, so that every response passes through them (an
-    error, a preflight, a 429): the client's address behind a trusted proxy, the request id,
-    the measurements, the rate-limit headers, CORS, the version (which gives an unversioned path
-    its version before routing) and the deprecation headers. Then, once the operation is known,
-    the body limit and the count of refused credentials before the security checks, and the
-    client's rate limit after them (and the way to the per-account attempt limits, for the
-    handlers that count attempts), then the body's media type read as RFC 9110 reads it, for
-    the request validation; last, once the request is valid, Idempotency-Key replays, just
-    outside the handler."""
+def pipeline(
+    settings: Settings, api_specs: list[dict], root_specs: list[dict], contract_documents: dict
+) -> list:
+    """Every layer a request passes through, outermost first; the last hands it to Flask (on the
+    WSGIBridge's threads), where the resolver's wrappers (ETags, the version's representation)
+    call the handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
-    api_spec = api_specs[0]
     counter = LimitCounter(settings.rate_limit_storage_uri)
+    scale = settings.rate_limit_scale
+    failed_auth_limit = api_specs[0].get("x-rate-limit-failed-auth")
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
-
-    if settings.forwarded_allow_ips:
-        # First: every layer after it sees the client's address, not the proxy's.
-        app.add_middleware(
-            ForwardedHeadersMiddleware,
-            position=MiddlewarePosition.BEFORE_EXCEPTION,
-            proxies=TrustedProxies(settings.forwarded_allow_ips),
-        )
-    app.add_middleware(
-        CorrelationIdMiddleware,
-        position=MiddlewarePosition.BEFORE_EXCEPTION,
-        header_name="X-Request-ID",
-        generator=new_request_id,
-        validator=is_sane_request_id,
-    )
-    app.add_middleware(
-        ObservabilityMiddleware,
-        position=MiddlewarePosition.BEFORE_EXCEPTION,
-        operations=operations,
-        slow_request_ms=settings.slow_request_ms,
-        alerts=alerts,
-    )
-    app.add_middleware(RateLimitHeadersMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION)
-    if settings.cors_origins:
-        app.add_middleware(
-            Cors,
-            position=MiddlewarePosition.BEFORE_EXCEPTION,
-            origins=settings.cors_origins,
-            allow_credentials=settings.cors_allow_credentials,
-        )
-    app.add_middleware(
-        ApiVersionMiddleware,
-        position=MiddlewarePosition.BEFORE_EXCEPTION,
-        served=tuple(SPEC_FILES),
-        default=settings.default_api_version,
-        unversioned=tuple(op.route for spec in root_specs for op in operations_of(spec)),
-    )
-    app.add_middleware(
-        DeprecationMiddleware, position=MiddlewarePosition.BEFORE_EXCEPTION, operations=operations
-    )
-    app.add_middleware(
-        BodyLimitMiddleware,
-        position=MiddlewarePosition.BEFORE_SECURITY,
-        max_bytes=settings.max_body_bytes,
-    )
-    failed_auth_limit = api_spec.get("x-rate-limit-failed-auth")
-    if failed_auth_limit:
-        app.add_middleware(
-            FailedAuthMiddleware,
-            position=MiddlewarePosition.BEFORE_SECURITY,
-            counter=counter,
-            operations=operations,
-            limit=scaled(failed_auth_limit, settings.rate_limit_scale),
-        )
-    app.add_middleware(
-        RateLimitMiddleware,
-        position=MiddlewarePosition.BEFORE_VALIDATION,
-        counter=counter,
-        operations=operations,
-        scale=settings.rate_limit_scale,
-    )
-    app.add_middleware(
-        AttemptLimitMiddleware,
-        position=MiddlewarePosition.BEFORE_VALIDATION,
-        counter=counter,
-        operations=operations,
-        scale=settings.rate_limit_scale,
-    )
-    app.add_middleware(
-        MediaTypeMiddleware, position=MiddlewarePosition.BEFORE_VALIDATION, operations=operations
-    )
-    app.add_middleware(
-        IdempotencyMiddleware,
-        position=MiddlewarePosition.BEFORE_CONTEXT,
-        operations=operations,
-        secret=settings.cursor_secret,
-        error_handlers=problems.handlers(api_specs),
-    )
+    unversioned = tuple(op.route for spec in root_specs for op in operations_of(spec))
+    layers = [
+        # Connexion's last resort: a plain 500 for what escapes every layer below.
+        ServerErrorMiddleware,
+        # From here on, the client's address is the one the named proxies forwarded (if any).
+        settings.forwarded_allow_ips
+        and partial(
+            ForwardedHeadersMiddleware, proxies=TrustedProxies(settings.forwarded_allow_ips)
+        ),
+        # X-Request-ID on every response, errors included; every log line carries it.
+        partial(
+            CorrelationIdMiddleware,
+            header_name="X-Request-ID",
+            generator=new_request_id,
+            validator=is_sane_request_id,
+        ),
+        # Every response measured once with its final status: metrics, log line, slow alerts.
+        partial(ObservabilityMiddleware, slow_request_ms=settings.slow_request_ms, alerts=alerts),
+        # RateLimit-* headers on every response, the 429s and errors made below included.
+        RateLimitHeadersMiddleware,
+        # CORS on every response, errors included; preflights answered here (if configured).
+        settings.cors_origins
+        and partial(
+            Cors, origins=settings.cors_origins, allow_credentials=settings.cors_allow_credentials
+        ),
+        # An unversioned path gets its version (from Accept) before anything routes it.
+        partial(
+            ApiVersionMiddleware,
+            served=tuple(SPEC_FILES),
+            default=settings.default_api_version,
+            unversioned=unversioned,
+        ),
+        # Deprecation, Sunset and the successor's Link on a deprecated operation's responses.
+        DeprecationMiddleware,
+        # Connexion's: any exception below becomes problem+json (shopapi/web/problems.py).
+        ExceptionMiddleware,
+        # Each version's contract document, prepared once, with its ETag and gzip form.
+        partial(served.ServedContractMiddleware, documents=contract_documents),
+        # Connexion's docs UI, then its router: neither redirects a path that is not a route.
+        ExactSwaggerUIMiddleware,
+        ExactRoutingMiddleware,
+        # The routed operation, noted once for every layer, inner and outer.
+        partial(RoutedOperationMiddleware, operations=operations),
+        # 413 beyond the body limit, before anything reads the body.
+        partial(BodyLimitMiddleware, max_bytes=settings.max_body_bytes),
+        # An address whose credentials keep failing is refused before they are checked again.
+        failed_auth_limit
+        and partial(FailedAuthMiddleware, counter=counter, limit=scaled(failed_auth_limit, scale)),
+        # Connexion's: the spec's security schemes. The caller is known from here on.
+        SecurityMiddleware,
+        # Each operation's x-rate-limit per caller, and the way to its per-account attempt
+        # limits for the handlers that count attempts (the token endpoint).
+        partial(RateLimitMiddleware, counter=counter, operations=operations, scale=scale),
+        partial(AttemptLimitMiddleware, counter=counter, operations=operations, scale=scale),
+        # A body's media type read as RFC 9110 reads it, before validation picks a schema.
+        MediaTypeMiddleware,
+        # Connexion's: parameters and body against the contract, then responses (in tests).
+        RequestValidationMiddleware,
+        ResponseValidationMiddleware,
+        # Connexion's: start-up and shut-down.
+        LifespanMiddleware,
+        # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
+        # the handler's errors itself, with the same handlers, so that they are replayed too.
+        partial(
+            IdempotencyMiddleware,
+            secret=settings.cursor_secret,
+            error_handlers=problems.handlers(api_specs),
+        ),
+        # Connexion's: the request's context (connexion.context) for the handler.
+        ContextMiddleware,
+    ]
+    return [layer for layer in layers if layer]

@@ -14,7 +14,7 @@ from models import OAuthClient, RefreshToken, User
 from models.refresh_token import RefreshTokenReused
 from models.user import ROLE_SCOPES, SCOPES, normalised_email
 from shopapi.auth.tokens import CREDENTIALS_VERSION
-from shopapi.pipeline.rate_limits import limited_attempt
+from shopapi.pipeline.attempt_limits import limited_attempt
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 

@@ -5,48 +5,19 @@ and hands it back (to the pool, on PostgreSQL) when the request ends.
 """
 
 import pathlib
-import time
 from urllib.parse import unquote, urlsplit
 
 import peewee
-from playhouse.pool import PooledPostgresqlDatabase
+
+from shopapi.internals import IdleCheckedPool
 
 database = peewee.DatabaseProxy()
 
-# A pooled connection idle longer than this is checked with a round trip before it is used again.
+# A pooled connection idle longer than this is checked with a round trip before it is used again
+# (Peewee checks every one, one more round trip per request; pools commonly check idle ones only).
+# A server that went away within that second fails the request that next uses the connection
+# with a 503, and close_connection() then drops the idle ones.
 CHECK_IDLE_AFTER_SECONDS = 1.0
-
-
-class _PooledPostgresqlDatabase(PooledPostgresqlDatabase):
-    """Peewee's pool, checking a connection with a round trip only after it sat idle a while.
-
-    Peewee sends `SELECT 1` every time it hands out a pooled connection: one more round trip on
-    every request (under load, a connection is back in use milliseconds after it was returned).
-    Here a connection returned less than CHECK_IDLE_AFTER_SECONDS ago is checked locally only
-    (the driver's own state: closed, or its transaction status unknown after an error), as
-    connection pools commonly do. A server that went away in that second fails the request that
-    next uses the connection with a 503, and close_connection() then drops the idle ones.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._returned_at: dict[int, float] = {}
-
-    def _can_reuse(self, conn):
-        reusable = super()._can_reuse(conn)
-        if reusable:
-            self._returned_at[self.conn_key(conn)] = time.monotonic()
-        return reusable
-
-    def _is_closed(self, conn):
-        returned_at = self._returned_at.pop(self.conn_key(conn), None)
-        recently_used = (
-            returned_at is not None and time.monotonic() - returned_at < CHECK_IDLE_AFTER_SECONDS
-        )
-        status = self._adapter.txn_status(conn)
-        if recently_used and not conn.closed and status == self._adapter.txn_idle:
-            return False
-        return super()._is_closed(conn)
 
 
 def open_database(url: str, pool_size: int = 10) -> peewee.Database:
@@ -63,7 +34,7 @@ def open_database(url: str, pool_size: int = 10) -> peewee.Database:
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "synchronous": "normal"},
         )
     parts = urlsplit(url)
-    return _PooledPostgresqlDatabase(
+    return IdleCheckedPool(
         unquote(parts.path.lstrip("/")),
         user=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
@@ -73,6 +44,7 @@ def open_database(url: str, pool_size: int = 10) -> peewee.Database:
         stale_timeout=300,
         timeout=10,  # seconds to wait for a free pooled connection
         connect_timeout=3,  # a database that is down answers 503 quickly, not after minutes
+        check_idle_after=CHECK_IDLE_AFTER_SECONDS,
     )
 
 

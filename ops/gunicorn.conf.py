@@ -33,7 +33,7 @@ keepalive = 5
 # The app writes its own request log (JSON on stdout); gunicorn's would repeat it.
 accesslog = None
 # The app reads X-Forwarded-For itself, believing only the proxies FORWARDED_ALLOW_IPS names
-# (shopapi/pipeline/callers.py). gunicorn reads that variable too and hands it to the uvicorn
+# (shopapi/pipeline/forwarded.py). gunicorn reads that variable too and hands it to the uvicorn
 # workers, whose own reading would replace the peer's address before the app sees it (and takes any
 # value, an address or not): theirs is off.
 forwarded_allow_ips = ""

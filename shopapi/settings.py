@@ -158,7 +158,7 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     cors_allow_credentials: bool = False
     # The proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are
-    # believed (shopapi/pipeline/callers.py); none by default: the peer is the client.
+    # believed (shopapi/pipeline/forwarded.py); none by default: the peer is the client.
     forwarded_allow_ips: tuple[str, ...] = ()
     # /metrics takes an admin's credentials (the `admin` scope); this token, when set, lets
     # Prometheus scrape it too (as does the production server's separate METRICS_BIND listener).

@@ -23,8 +23,8 @@ from support.tcp_proxy import TcpProxy
 
 from app import SPEC_DIR
 from shopapi.contract.operations import operations_of
-from shopapi.pipeline.callers import TrustedProxies
-from shopapi.pipeline.rate_limits import scaled
+from shopapi.pipeline.forwarded import TrustedProxies
+from shopapi.pipeline.limit_counter import scaled
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 METRICS_TOKEN = "metrics-token-for-tests"

@@ -23,11 +23,12 @@ import anyio.to_thread
 import connexion
 import peewee
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
-from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
+from connexion.security import SECURITY_HANDLERS
 
 from models import ApiKey
 from models.db import database
 from models.user import ROLE_SCOPES
+from shopapi import internals
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import CREDENTIALS_VERSION, AccessTokens, InvalidToken
 
@@ -52,7 +53,7 @@ class _SignatureReadOnce:
     @staticmethod
     @functools.cache
     def _accepts_kwarg(func, keyword: str) -> bool:
-        return AbstractSecurityHandler._accepts_kwarg(func, keyword)
+        return internals.accepts_kwarg(func, keyword)
 
 
 # Connexion's handler for each scheme type, reading signatures once (FlaskApp(security_map=...)).

@@ -128,8 +128,7 @@ class Operations:
     def __iter__(self) -> Iterator[Operation]:
         return iter(self._by_handler.values())
 
-    def of(self, scope) -> Operation | None:
-        """The operation Connexion's router matched for this request, if any."""
-        routing = scope.get("extensions", {}).get("connexion_routing", {})
-        key = (routing.get("api_base_path"), routing.get("operation_id"))
-        return self._by_handler.get(key)
+    def get(self, base_path: str | None, handler: str | None) -> Operation | None:
+        """The operation of this API (`/v1`) that this handler (Connexion's router names it by
+        its dotted path) answers, if any."""
+        return self._by_handler.get((base_path, handler))

@@ -9,7 +9,8 @@ import re
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shopapi.contract.operations import Operation, Operations, route_pattern
+from shopapi.contract.operations import Operation, route_pattern
+from shopapi.pipeline.request_facts import operation_of
 
 
 def _midnight(day: datetime.date) -> datetime.datetime:
@@ -36,9 +37,8 @@ def deprecation_headers(operation: Operation, path: str):
 
 
 class DeprecationMiddleware:
-    def __init__(self, app: ASGIApp, operations: Operations):
+    def __init__(self, app: ASGIApp):
         self.app = app
-        self.operations = operations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,7 +47,7 @@ class DeprecationMiddleware:
 
         async def send_with_deprecation(message: Message) -> None:
             if message["type"] == "http.response.start":
-                operation = self.operations.of(scope)
+                operation = operation_of(scope)
                 if operation and operation.deprecation:
                     headers = MutableHeaders(scope=message)
                     for name, value in deprecation_headers(operation, scope["path"]):

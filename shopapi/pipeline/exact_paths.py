@@ -50,16 +50,6 @@ class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
         _without_slash_redirects(self.router)
 
 
-_EXACT = {RoutingMiddleware: ExactRoutingMiddleware, SwaggerUIMiddleware: ExactSwaggerUIMiddleware}
-
-
 def no_merge_slashes(app: connexion.FlaskApp) -> None:
     """Flask's routes of `app` match doubled slashes as they are (call before `add_api`)."""
     app.app.url_map.merge_slashes = False
-
-
-def exact_routing(app: connexion.FlaskApp) -> None:
-    """Connexion's routers of `app` without slash redirects. Call it once every middleware is
-    added: `add_middleware` finds its position by Connexion's own classes, replaced here."""
-    middlewares = app.middleware.middlewares
-    middlewares[:] = [_EXACT.get(middleware, middleware) for middleware in middlewares]

@@ -38,9 +38,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from models import IdempotencyKey
 from models.db import database
-from shopapi.contract.operations import Operations
 from shopapi.pipeline.buffered_body import read_body, replay_body
-from shopapi.pipeline.callers import client_of
+from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.web.problems import ValidationProblem
 
 log = logging.getLogger("shopapi.pipeline.idempotency")
@@ -118,12 +117,10 @@ class IdempotencyMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        operations: Operations,
         secret: bytes,
         error_handlers: Mapping[type[Exception], Callable],
     ):
         self.app = app
-        self.operations = operations
         self.fingerprint_key = fingerprint_key(secret)
         self.answering = ExceptionMiddleware(app)
         for exception, handler in error_handlers.items():
@@ -136,7 +133,7 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         body = await read_body(receive)
-        client = client_of(scope)
+        client = caller_of(scope)
         request = fingerprint(
             self.fingerprint_key, scope["method"], scope["path"], scope["query_string"], body
         )
@@ -168,7 +165,7 @@ class IdempotencyMiddleware:
     def _key_of(self, scope: Scope) -> str | None:
         if scope["type"] != "http":
             return None
-        operation = self.operations.of(scope)
+        operation = operation_of(scope)
         if operation is None or not operation.accepts_idempotency_key:
             return None
         keys = [value for name, value in scope["headers"] if name == HEADER]

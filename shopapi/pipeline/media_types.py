@@ -23,7 +23,8 @@ import re
 from connexion.exceptions import BadRequestProblem, UnsupportedMediaTypeProblem
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shopapi.contract.operations import Operation, Operations
+from shopapi.contract.operations import Operation
+from shopapi.pipeline.request_facts import operation_of
 
 # type "/" subtype, each an RFC 9110 token (lower case by now).
 _MEDIA_TYPE = re.compile(rb"[!#$%&'*+.^_`|~0-9a-z-]+/[!#$%&'*+.^_`|~0-9a-z-]+")
@@ -52,12 +53,11 @@ def _unsupported(operation: Operation, why: str) -> UnsupportedMediaTypeProblem:
 
 
 class MediaTypeMiddleware:
-    def __init__(self, app: ASGIApp, operations: Operations):
+    def __init__(self, app: ASGIApp):
         self.app = app
-        self.operations = operations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = self.operations.of(scope) if scope["type"] == "http" else None
+        operation = operation_of(scope) if scope["type"] == "http" else None
         if operation is not None:
             # In place: the layers outside this one read the same headers.
             scope["headers"] = self._headers(operation, scope["headers"])

@@ -13,9 +13,9 @@ import time
 from asgi_correlation_id import correlation_id
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shopapi.contract.operations import Operations
-from shopapi.pipeline.callers import client_address
+from shopapi import internals
 from shopapi.pipeline.cors import is_preflight
+from shopapi.pipeline.request_facts import client_address, operation_of
 from shopapi.telemetry import metrics
 from shopapi.telemetry.alerts import AlertWebhook
 
@@ -29,12 +29,10 @@ class ObservabilityMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        operations: Operations,
         slow_request_ms: int,
         alerts: AlertWebhook | None = None,
     ):
         self.app = app
-        self.operations = operations
         self.slow_request_ms = slow_request_ms
         self.alerts = alerts
 
@@ -42,9 +40,7 @@ class ObservabilityMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # Created here so that the router's note lands in a dict this scope shares, even when an
-        # inner layer passes a copy of the scope on.
-        scope.setdefault("extensions", {})
+        internals.share_request_notes(scope)
         # As the client sent it: an unversioned path gets its version further in.
         path = scope["path"]
         status = 500  # what the client gets if the app fails before answering
@@ -64,7 +60,7 @@ class ObservabilityMiddleware:
             self._record(scope, path, status, time.perf_counter() - started)
 
     def _record(self, scope: Scope, path: str, status: int, seconds: float) -> None:
-        routed = self.operations.of(scope)
+        routed = operation_of(scope)
         operation = routed.id if routed else _unrouted(scope)
         method = scope["method"]
         metrics.REQUESTS.labels(operation, method, status).inc()
@@ -89,7 +85,7 @@ def _unrouted(scope: Scope) -> str:
 def _log_fields(
     scope: Scope, path: str, operation: str, route: str | None, status: int, seconds: float
 ):
-    token_info = scope["extensions"].get("connexion_context", {}).get("token_info") or {}
+    token_info = internals.token_info(scope) or {}
     user_agent = dict(scope["headers"]).get(b"user-agent", b"")[:MAX_USER_AGENT]
     return {
         "request_id": correlation_id.get(),

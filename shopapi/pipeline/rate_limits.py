@@ -1,168 +1,24 @@
-"""Rate limits as the spec declares them, counted per client with the `limits` engine.
+"""Rate limits as the spec declares them: `x-rate-limit` per caller and operation, and
+`x-rate-limit-failed-auth` per address whose credentials are refused; the `RateLimit-*` headers
+on every response. Design: docs/pipeline.md."""
 
-`x-rate-limit: 1000/minute` on an operation, or at the top of a spec for every operation that does
-not say, is a fixed window per client and operation; the client is the token's subject or the API
-key, else the address. `x-rate-limit-failed-auth` (top of the spec) caps the requests per address
-whose credentials are refused, so that guessing tokens or keys is throttled. An operation's
-`x-rate-limit-failed-login-per-account` (or `-email-taken-per-user`) caps the failed attempts
-on one account, wherever they come from (AttemptLimitMiddleware).
-
-This is ASGI middleware around Connexion's security layer rather than flask-limiter (which runs
-on the same `limits` engine): Flask never sees the requests that security or validation refuse,
-and those are exactly the failed attempts that must count.
-
-The counts live in memory or in Redis. When Redis fails, requests are served without a limit
-(fail open: the API stays up, the failure is logged and counted) and the store is tried again a
-second later, so limits resume when it returns.
-"""
-
-import asyncio
-import concurrent.futures
-import contextlib
 import dataclasses
-import hashlib
-import logging
 import math
 import time
-from collections.abc import Iterator
 
-import connexion
 import limits
 from connexion.exceptions import ProblemException
-from limits.aio.storage import Storage
-from limits.errors import StorageError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.auth.security import CREDENTIAL_HEADERS
 from shopapi.contract.operations import Operations
-from shopapi.pipeline.callers import client_address, client_of
+from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
+from shopapi.pipeline.request_facts import caller_of, client_address, operation_of
 from shopapi.telemetry import metrics
 
-log = logging.getLogger("shopapi.pipeline.rate_limits")
-
-# After a storage failure, requests go unlimited this long before the store is tried again: a
-# dead Redis then costs one failed call a second, not one per request.
-RETRY_STORAGE_AFTER = 1.0
-# Redis must answer within this, or the request goes on without a limit.
-REDIS_TIMEOUT = 0.25
-# Windows whose end this process remembers; beyond this many the ended ones are dropped.
-MAX_WINDOWS_KNOWN = 100_000
 # Addresses blocked after failed authentication, kept in this process; beyond this many the
 # expired ones are dropped.
 MAX_BLOCKED_ADDRESSES = 10_000
-# A handler thread waits this long for the event loop to count an attempt, else goes on unlimited.
-ATTEMPT_COUNT_TIMEOUT = 2.0
-
-
-def scaled(limit: str, scale: float) -> limits.RateLimitItem:
-    """Parse "1000/minute" and multiply its amount by `scale` (at least 1)."""
-    item = limits.parse(limit)
-    return type(item)(max(1, round(item.amount * scale)), item.multiples)
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """A client's use of one limit in its current window."""
-
-    limit: limits.RateLimitItem
-    count: int
-    reset_after: int  # seconds until the window starts over
-
-    @property
-    def exceeded(self) -> bool:
-        return self.count > self.limit.amount
-
-    def headers(self) -> dict[str, str]:
-        """The `RateLimit-*` headers (draft-ietf-httpapi-ratelimit-headers)."""
-        return {
-            "RateLimit-Limit": str(self.limit.amount),
-            "RateLimit-Remaining": str(max(0, self.limit.amount - self.count)),
-            "RateLimit-Reset": str(self.reset_after),
-            "RateLimit-Policy": f"{self.limit.amount};w={self.limit.get_expiry()}",
-        }
-
-
-class TooManyRequests(ProblemException):
-    def __init__(self, usage: Usage, detail: str):
-        super().__init__(
-            status=429,
-            title="Too Many Requests",
-            detail=detail,
-            headers={"Retry-After": str(max(1, usage.reset_after)), **usage.headers()},
-        )
-
-
-def _storage(uri: str) -> Storage:
-    if uri.startswith("memory"):
-        return limits.storage.storage_from_string("async+memory://")
-    return limits.storage.storage_from_string(
-        f"async+{uri}",
-        implementation="redispy",
-        key_prefix="shopapi",
-        wrap_exceptions=True,
-        socket_timeout=REDIS_TIMEOUT,
-        socket_connect_timeout=REDIS_TIMEOUT,
-        # redis-py retries a failed command with backoff by default; a limit is not worth the
-        # wait: fail open at once.
-        retry_on_error=[],
-        retry=None,
-    )
-
-
-class LimitCounter:
-    """Counts hits in the storage, failing open."""
-
-    def __init__(self, storage_uri: str):
-        self.storage = _storage(storage_uri)
-        self._unavailable_until = 0.0
-        # When each key's current window ends (wall clock), as far as this process knows: the
-        # storage is asked only for windows this process has not seen start.
-        self._window_ends: dict[str, float] = {}
-
-    async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
-        """Count one hit; None when the storage is unavailable."""
-        if time.monotonic() < self._unavailable_until:
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            return None
-        key = limit.key_for(*identifiers)
-        try:
-            count = await self.storage.incr(key, limit.get_expiry())
-            reset_at = await self._window_end(key, count, limit)
-        except StorageError as error:
-            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            log.warning(
-                "rate limit storage unavailable, serving without limits: %s", error.storage_error
-            )
-            return None
-        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
-
-    async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
-        """Take back one hit counted in the current window (nothing when the store fails)."""
-        if time.monotonic() < self._unavailable_until:
-            return
-        try:
-            await self.storage.incr(limit.key_for(*identifiers), limit.get_expiry(), -1)
-        except StorageError as error:
-            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            log.warning("rate limit storage unavailable: %s", error.storage_error)
-
-    async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
-        """When the window that `count` fell in ends. The first hit opens a window here; a window
-        opened elsewhere (another worker or host) costs one more storage call, once."""
-        now = time.time()
-        if count == 1:
-            end = now + limit.get_expiry()
-        else:
-            end = self._window_ends.get(key, 0.0)
-            if end <= now:
-                end = await self.storage.get_expiry(key)
-        if len(self._window_ends) >= MAX_WINDOWS_KNOWN:
-            current = {k: e for k, e in self._window_ends.items() if e > now}
-            self._window_ends = current if len(current) < MAX_WINDOWS_KNOWN // 2 else {}
-        self._window_ends[key] = end
-        return end
 
 
 class RateLimitMiddleware:
@@ -177,10 +33,10 @@ class RateLimitMiddleware:
         self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = self.operations.of(scope)
+        operation = operation_of(scope)
         limit = self.limits.get(operation.id) if operation else None
         if scope["type"] == "http" and limit is not None:
-            usage = await self.counter.hit(limit, operation.id, client_of(scope))
+            usage = await self.counter.hit(limit, operation.id, caller_of(scope))
             if usage is not None:
                 if usage.exceeded:
                     metrics.RATE_LIMITED.labels(operation.id, "client").inc()
@@ -211,12 +67,10 @@ class FailedAuthMiddleware:
         self,
         app: ASGIApp,
         counter: LimitCounter,
-        operations: Operations,
         limit: limits.RateLimitItem,
     ):
         self.app = app
         self.counter = counter
-        self.operations = operations
         self.limit = limit
         self._blocked: dict[str, tuple[float, Usage]] = {}
 
@@ -252,7 +106,7 @@ class FailedAuthMiddleware:
         if remaining <= 0:
             del self._blocked[address]
             return
-        operation = self.operations.of(scope)
+        operation = operation_of(scope)
         metrics.RATE_LIMITED.labels(
             operation.id if operation else metrics.NO_OPERATION, "failed_auth"
         ).inc()
@@ -270,116 +124,6 @@ class FailedAuthMiddleware:
                 now = time.monotonic()
                 self._blocked = {a: b for a, b in self._blocked.items() if b[0] > now}
             self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
-
-
-# What an attempt limit's 429 says, and the label it counts under in http_rate_limited_total.
-_ATTEMPT_REFUSALS = {
-    "failed-login-per-account": (
-        "failed_login",
-        "Too many wrong passwords for this account; logging in to it is paused",
-    ),
-    "email-taken-per-user": (
-        "email_taken",
-        "Too many emails tried that belong to other users; changing this email is paused",
-    ),
-}
-
-
-class AttemptLimitMiddleware:
-    """Failed attempts per account, for the operations whose spec declares such a limit
-    (`x-rate-limit-failed-login-per-account: 10/15 minutes` on the token endpoint): the handler
-    names the account as it makes the attempt (`limited_attempt`), so the count is of exactly
-    what it checks, wherever the requests come from.
-
-    Each attempt is counted before it is made and the count given back unless it fails, so
-    concurrent attempts on any worker or host cannot slip past the limit; over it, the attempt
-    is not made and the answer is 429 with Retry-After until the window ends. This middleware
-    only hands the handler the way to the counter (the count lives on the event loop; the
-    handler runs on a thread)."""
-
-    def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
-        self.app = app
-        self.counter = counter
-        self.operations = operations
-        self.limits = {
-            op.id: (op.attempt_limit[0], scaled(op.attempt_limit[1], scale))
-            for op in operations
-            if op.attempt_limit
-        }
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = self.operations.of(scope)
-        declared = self.limits.get(operation.id) if operation else None
-        if scope["type"] == "http" and declared is not None:
-            kind, limit = declared
-            state = scope.setdefault("state", {})
-            state["attempt_limit"] = AttemptGate(
-                self.counter, kind, limit, operation.id, asyncio.get_running_loop(), state
-            )
-        await self.app(scope, receive, send)
-
-
-@dataclasses.dataclass
-class AttemptGate:
-    counter: LimitCounter
-    kind: str
-    limit: limits.RateLimitItem
-    operation_id: str
-    loop: asyncio.AbstractEventLoop
-    state: dict
-
-    def _on_loop(self, coroutine):
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        try:
-            return future.result(ATTEMPT_COUNT_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            log.warning("an attempt was not counted in time: served without its limit")
-            return None
-
-    @contextlib.contextmanager
-    def attempt(self, account: str) -> Iterator["Attempt"]:
-        # The account's name is not kept in the store (an email, in Redis), only its digest.
-        key = hashlib.sha256(account.encode("utf-8", "surrogatepass")).hexdigest()
-        usage = self._on_loop(self.counter.hit(self.limit, self.kind, key))
-        if usage is not None and usage.exceeded:
-            label, detail = _ATTEMPT_REFUSALS[self.kind]
-            metrics.RATE_LIMITED.labels(self.operation_id, label).inc()
-            # This answer's RateLimit-* headers are the account's, not the client's quota's.
-            self.state.pop("rate_limit", None)
-            raise TooManyRequests(usage, f"{detail}; try again in {usage.reset_after} seconds.")
-        attempt = Attempt()
-        try:
-            yield attempt
-        finally:
-            if usage is not None and not attempt.has_failed:
-                self._on_loop(self.counter.refund(self.limit, self.kind, key))
-
-
-class Attempt:
-    has_failed = False
-
-    def failed(self) -> None:
-        """The attempt failed (a wrong password, a taken email): it stays counted."""
-        self.has_failed = True
-
-
-@contextlib.contextmanager
-def limited_attempt(account: str) -> Iterator[Attempt]:
-    """For a handler: an attempt on `account` (a normalised email, a user id), limited as the
-    request's operation declares; 429 (TooManyRequests) when the account is over the limit.
-    Call `failed()` on it when the attempt fails; otherwise it does not count. Without a
-    declared limit (or a store), the attempt is simply made."""
-    try:
-        gate = connexion.context.scope.get("state", {}).get("attempt_limit")
-    except RuntimeError:  # outside a request: nothing to count against
-        gate = None
-    if gate is None:
-        yield Attempt()
-        return
-    with gate.attempt(account) as attempt:
-        yield attempt
 
 
 class RateLimitHeadersMiddleware:

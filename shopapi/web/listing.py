@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 
 import flask
 import peewee
-from connexion.decorators.parameter import sanitized
 
+from shopapi import internals
 from shopapi.web import cursors, money
 from shopapi.web.problems import ValidationProblem
 
@@ -81,7 +81,7 @@ def _typed(parameter: str, field, value):
 @functools.cache
 def _argument_names(model: type[peewee.Model]) -> dict[str, str]:
     """Each column's name as Connexion hands it to a handler, and the name itself."""
-    return {sanitized(name): name for name in columns_of(model)}
+    return {internals.sanitized(name): name for name in columns_of(model)}
 
 
 def _filter_of(model: type[peewee.Model], argument: str) -> tuple[str, str, str]:

@@ -1,12 +1,6 @@
-"""Who a request comes from, as the traffic layers count it: the token's subject (an API key's
-is `api-key:<id>`), else the network address. The rate limits count per client, and an
-Idempotency-Key belongs to one.
-
-The address is the peer's, unless the peer is a proxy the operator named (FORWARDED_ALLOW_IPS):
-then `X-Forwarded-For` says whose request it forwards. The app reads that header itself, here,
-and the servers it is started with leave it alone (`make serve`, ops/gunicorn.conf.py), so that
-no address is believed that no named proxy vouched for.
-"""
+"""The client's address behind the proxies the operator named (FORWARDED_ALLOW_IPS): their
+`X-Forwarded-For` and `X-Forwarded-Proto` are believed, anyone else's ignored. Design:
+docs/pipeline.md."""
 
 import ipaddress
 from collections.abc import Iterable
@@ -14,18 +8,6 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def client_address(scope: Scope) -> str:
-    client = scope.get("client")
-    return client[0] if client else "unknown"
-
-
-def client_of(scope: Scope) -> str:
-    """`sub:<subject>` once Connexion's security has accepted credentials, else
-    `address:<address>`."""
-    token_info = scope.get("extensions", {}).get("connexion_context", {}).get("token_info")
-    return f"sub:{token_info['sub']}" if token_info else f"address:{client_address(scope)}"
 
 
 def ip_address(value: str) -> IPAddress | None:

@@ -1,0 +1,135 @@
+"""The counts behind every limit: fixed windows in the `limits` engine's storage (memory or
+Redis), failing open when the storage does not answer. Design: docs/pipeline.md."""
+
+import dataclasses
+import logging
+import math
+import time
+
+import limits
+from connexion.exceptions import ProblemException
+from limits.aio.storage import Storage
+from limits.errors import StorageError
+
+from shopapi.telemetry import metrics
+
+log = logging.getLogger("shopapi.pipeline.limit_counter")
+
+# After a storage failure, requests go unlimited this long before the store is tried again: a
+# dead Redis then costs one failed call a second, not one per request.
+RETRY_STORAGE_AFTER = 1.0
+# Redis must answer within this, or the request goes on without a limit.
+REDIS_TIMEOUT = 0.25
+# Windows whose end this process remembers; beyond this many the ended ones are dropped.
+MAX_WINDOWS_KNOWN = 100_000
+
+
+def scaled(limit: str, scale: float) -> limits.RateLimitItem:
+    """Parse "1000/minute" and multiply its amount by `scale` (at least 1)."""
+    item = limits.parse(limit)
+    return type(item)(max(1, round(item.amount * scale)), item.multiples)
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A client's use of one limit in its current window."""
+
+    limit: limits.RateLimitItem
+    count: int
+    reset_after: int  # seconds until the window starts over
+
+    @property
+    def exceeded(self) -> bool:
+        return self.count > self.limit.amount
+
+    def headers(self) -> dict[str, str]:
+        """The `RateLimit-*` headers (draft-ietf-httpapi-ratelimit-headers)."""
+        return {
+            "RateLimit-Limit": str(self.limit.amount),
+            "RateLimit-Remaining": str(max(0, self.limit.amount - self.count)),
+            "RateLimit-Reset": str(self.reset_after),
+            "RateLimit-Policy": f"{self.limit.amount};w={self.limit.get_expiry()}",
+        }
+
+
+class TooManyRequests(ProblemException):
+    def __init__(self, usage: Usage, detail: str):
+        super().__init__(
+            status=429,
+            title="Too Many Requests",
+            detail=detail,
+            headers={"Retry-After": str(max(1, usage.reset_after)), **usage.headers()},
+        )
+
+
+def _storage(uri: str) -> Storage:
+    if uri.startswith("memory"):
+        return limits.storage.storage_from_string("async+memory://")
+    return limits.storage.storage_from_string(
+        f"async+{uri}",
+        implementation="redispy",
+        key_prefix="shopapi",
+        wrap_exceptions=True,
+        socket_timeout=REDIS_TIMEOUT,
+        socket_connect_timeout=REDIS_TIMEOUT,
+        # redis-py retries a failed command with backoff by default; a limit is not worth the
+        # wait: fail open at once.
+        retry_on_error=[],
+        retry=None,
+    )
+
+
+class LimitCounter:
+    """Counts hits in the storage, failing open."""
+
+    def __init__(self, storage_uri: str):
+        self.storage = _storage(storage_uri)
+        self._unavailable_until = 0.0
+        # When each key's current window ends (wall clock), as far as this process knows: the
+        # storage is asked only for windows this process has not seen start.
+        self._window_ends: dict[str, float] = {}
+
+    async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
+        """Count one hit; None when the storage is unavailable."""
+        if time.monotonic() < self._unavailable_until:
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            return None
+        key = limit.key_for(*identifiers)
+        try:
+            count = await self.storage.incr(key, limit.get_expiry())
+            reset_at = await self._window_end(key, count, limit)
+        except StorageError as error:
+            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            log.warning(
+                "rate limit storage unavailable, serving without limits: %s", error.storage_error
+            )
+            return None
+        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+
+    async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
+        """Take back one hit counted in the current window (nothing when the store fails)."""
+        if time.monotonic() < self._unavailable_until:
+            return
+        try:
+            await self.storage.incr(limit.key_for(*identifiers), limit.get_expiry(), -1)
+        except StorageError as error:
+            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            log.warning("rate limit storage unavailable: %s", error.storage_error)
+
+    async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
+        """When the window that `count` fell in ends. The first hit opens a window here; a window
+        opened elsewhere (another worker or host) costs one more storage call, once."""
+        now = time.time()
+        if count == 1:
+            end = now + limit.get_expiry()
+        else:
+            end = self._window_ends.get(key, 0.0)
+            if end <= now:
+                end = await self.storage.get_expiry(key)
+        if len(self._window_ends) >= MAX_WINDOWS_KNOWN:
+            current = {k: e for k, e in self._window_ends.items() if e > now}
+            self._window_ends = current if len(current) < MAX_WINDOWS_KNOWN // 2 else {}
+        self._window_ends[key] = end
+        return end

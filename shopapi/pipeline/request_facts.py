@@ -1,0 +1,45 @@
+"""The facts about a request that several layers need, found once and kept in its scope's
+`state` (one dict shared by every layer, inside and outside the router): the operation it was
+routed to, and the caller that the limits and Idempotency-Key count it against."""
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from shopapi import internals
+from shopapi.contract.operations import Operation, Operations
+
+
+class RoutedOperationMiddleware:
+    """Right after Connexion's router: notes the operation it matched, for every layer."""
+
+    def __init__(self, app: ASGIApp, operations: Operations):
+        self.app = app
+        self.operations = operations
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope["state"]["operation"] = self.operations.get(*internals.routed_to(scope))
+        await self.app(scope, receive, send)
+
+
+def operation_of(scope: Scope) -> Operation | None:
+    """The operation the request was routed to; None before routing, or when none matched. A
+    layer outside the router reads it once the layers inside have run."""
+    return scope.get("state", {}).get("operation")
+
+
+def caller_of(scope: Scope) -> str:
+    """Who the request counts against, once Connexion's security has run: `sub:<subject>` of
+    the accepted credentials (an API key's is `api-key:<id>`), else `address:<address>`."""
+    state = scope["state"]
+    caller = state.get("caller")
+    if caller is None:
+        token_info = internals.token_info(scope)
+        caller = state["caller"] = (
+            f"sub:{token_info['sub']}" if token_info else f"address:{client_address(scope)}"
+        )
+    return caller
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"

@@ -1,0 +1,99 @@
+"""The library internals shopapi/internals.py relies on, each held to what the service needs of
+it: when a release of Connexion or Peewee changes one, the test names it here rather than a
+request failing somewhere else."""
+
+import inspect
+
+import pytest
+from connexion.apps.flask import FlaskASGIApp
+from playhouse.pool import PooledPostgresqlDatabase
+
+from shopapi import internals
+from shopapi.pipeline.wsgi_bridge import WSGIBridge
+
+
+def test_flask_is_served_through_our_bridge(app, client):
+    """FlaskApp keeps its inner ASGI app in `_middleware_app`, and Flask's ASGI bridge in its
+    `asgi_app`: the request below must have crossed our bridge to reach Flask."""
+    assert isinstance(app._middleware_app, FlaskASGIApp)
+    assert isinstance(app._middleware_app.asgi_app, WSGIBridge)
+    assert client.get("/v1/products").status_code == 200
+
+
+def test_connexion_reads_a_security_function_signature_with_accepts_kwarg():
+    def check(token, required_scopes):
+        return {}
+
+    assert internals.accepts_kwarg(check, "required_scopes") is True
+    assert internals.accepts_kwarg(check, "request") is False
+
+
+def test_connexion_names_a_bracketed_query_parameter_with_sanitized():
+    # The listing maps these names back to columns: the mapping must be Connexion's own.
+    assert internals.sanitized("price_cents[gte]") == "price_cents_gte"
+    assert internals.sanitized("sku") == "sku"
+
+
+def test_the_router_and_security_notes_reach_the_layers_outside(app, client):
+    """The scope keys read by internals.routed_to and internals.token_info: captured from a
+    layer outside Connexion's router, after the request, as the observability layer reads
+    them."""
+    seen = {}
+    assert client.get("/v1/products").status_code == 200  # the stack is built by then
+    outer = app.middleware.app
+
+    async def capture(scope, receive, send):
+        internals.share_request_notes(scope)
+        await outer(scope, receive, send)
+        if scope["type"] == "http":
+            seen["routed_to"] = internals.routed_to(scope)
+            seen["token_info"] = internals.token_info(scope)
+
+    app.middleware.app = capture
+    try:
+        assert client.get("/v1/products").status_code == 200
+    finally:
+        app.middleware.app = outer
+    assert seen["routed_to"] == ("/v1", "handlers.products.list_products")
+    assert seen["token_info"]["sub"]
+
+
+def test_peewees_pool_hooks_are_the_ones_the_idle_check_overrides():
+    """IdleCheckedPool overrides `_can_reuse` and `_is_closed`, keys connections with
+    `conn_key` and reads their transaction status through `_adapter`: all must still be so."""
+    for name in ("_can_reuse", "_is_closed"):
+        assert list(inspect.signature(getattr(PooledPostgresqlDatabase, name)).parameters) == [
+            "self",
+            "conn",
+        ], name
+    database = PooledPostgresqlDatabase("unused")
+    assert database.conn_key(database) == id(database)
+    assert callable(database._adapter.txn_status)
+    assert database._adapter.txn_idle is not None
+
+
+def test_a_connection_given_back_a_moment_ago_is_reused_without_peewees_check(
+    database_url, monkeypatch
+):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the pool is PostgreSQL's")
+    from models.db import open_database
+
+    checks = []
+    peewees_check = PooledPostgresqlDatabase._is_closed
+
+    def counted_check(self, conn):
+        checks.append(conn)
+        return peewees_check(self, conn)
+
+    monkeypatch.setattr(PooledPostgresqlDatabase, "_is_closed", counted_check)
+    db = open_database(database_url, pool_size=1)
+    assert isinstance(db, internals.IdleCheckedPool)
+    db.connect()
+    first = db.connection()
+    db.close()  # back to the pool, a moment ago
+    db.connect()
+    assert db.connection() is first
+    assert checks == []  # reused on the driver's own state: Peewee's round trip skipped
+    db.close()
+    db.close_all()
