@@ -1,9 +1,5 @@
-"""Which methods each path of the contract allows, for the `Allow` header of a 405.
-
-Connexion routes every (path, method) as its own Starlette route, so a 405 carries the methods of
-whichever single route matched first (`Allow: GET, HEAD` on a path that also takes POST). RFC 9110
-§15.5.6 asks for all of them.
-"""
+"""Which methods each path of the contract allows, for the `Allow` header of a 405 (Connexion's
+405 names only one route's). Why: docs/contract.md."""
 
 from shopapi.contract.operations import HTTP_METHODS, route_pattern
 

@@ -1,8 +1,5 @@
-"""String formats checked as strictly as a client's validator checks them.
-
-jsonschema's "email" check only looks for an "@", so the server accepted addresses that strict
-validators (schemathesis's among them) then rejected in its responses.
-"""
+"""String formats checked as strictly as a client's validator checks them (jsonschema's are
+lenient or optional). Why: docs/contract.md."""
 
 import copy
 import datetime

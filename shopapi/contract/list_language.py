@@ -1,24 +1,5 @@
-"""The list language, written into the contract.
-
-A list operation in spec/openapi.yaml says which resource it lists (`x-list-of: ProductFields`);
-`expand` gives it, before Connexion loads the spec, one query parameter per filter (`sku`,
-`price_cents[gte]`, ...) plus `sort`, `fields` and `cursor`. The served /v1/openapi.json is
-therefore complete — Swagger UI, schemathesis and Connexion's validation all see every filter —
-while the hand-written source stays short. The rules:
-
-- every property a response carries that is a scalar (not write-only, not an array or object)
-  can be filtered and sorted, and so can the scalar properties of an object property, by a
-  dotted name (`price.amount` in v2);
-- `name=value` and `name[ne]=value` for every such property (`null` matches a missing value on
-  a nullable one); `[lt] [lte] [gt] [gte]` for numbers, times and text; `[in]` (a comma list)
-  for all but booleans; `[contains]` for text: every string but an enum and a time or decimal
-  amount, whatever its format (`email[contains]=example.com`; the value is any text, not held
-  to the field's format: a part of an email address is no email address);
-- a text value is at most the field's own `maxLength`, else `TEXT_FILTER_MAX_LENGTH`
-  characters: a longer one could match nothing (or only what its first that many characters
-  match), and would reach the database only to be refused there (SQLite's LIKE takes patterns
-  of up to 50,000 bytes) as if it were down.
-"""
+"""The list language, written into the contract: `expand` gives every `x-list-of` operation its
+filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md."""
 
 import copy
 import re

@@ -1,20 +1,5 @@
-"""Maps each operationId to its handler function.
-
-Connexion pools the media types of all of an operation's responses, so once an operation
-declares `application/problem+json` errors it cannot tell which type a handler's plain dict is
-("Multiple response content types"). Handlers only ever return success bodies (errors are
-raised), so every body a handler returns is declared `application/json` here, once.
-
-Connexion also passes `user` and `token_info` to any handler taking `**kwargs` (the list
-handlers, whose keyword arguments are the list's parameters); handlers ask for the caller with
-shopapi.auth.security.current_principal() instead, so those two are dropped here.
-
-A request body reaches the handler in v1's form, whichever version it was sent in
-(shopapi/web/representations.py).
-
-The resolver sees every operation of the contract, so it also gives each handler the ETag
-behaviour its operation declares (shopapi.web.etags).
-"""
+"""Maps each operationId to its handler, wrapped: success bodies declared JSON, request bodies in
+v1's form, the operation's ETag behaviour. Why: docs/contract.md."""
 
 import functools
 

@@ -1,9 +1,5 @@
-"""Each API version's contract at `{base}/openapi.json` and `{base}/openapi.yaml`: the document
-as written and bundled (shared parts stay `components` behind `$ref`s), prepared once as bytes,
-with a strong `ETag` and a gzip form for clients that accept it.
-
-Connexion would serve its fully dereferenced copy, rebuilt on every request (connexion#2127).
-"""
+"""Each API version's contract at `{base}/openapi.json` and `{base}/openapi.yaml`: as written and
+bundled, prepared once as bytes, with a strong `ETag` and gzip. Why: docs/contract.md."""
 
 import base64
 import functools

@@ -1,12 +1,5 @@
-"""Loading a spec file that shares parts with another (spec/v2.yaml with spec/openapi.yaml) as
-one self-contained document: bundled, not dereferenced.
-
-`$ref: 'openapi.yaml#/components/schemas/UserFields'` means what JSON Reference says: that
-file's component. It becomes a component of the same name here (the served spec, its docs and
-its validation show it once, by name), with whatever it refers to in turn. Where this spec has a
-different component of that name, loading fails: the name would mean two things. A reference to
-anything else (a path item) is brought in in place.
-"""
+"""Loads a spec file that takes parts from another (spec/v2.yaml from spec/openapi.yaml) as one
+self-contained document: bundled, not dereferenced. The rules: docs/contract.md."""
 
 import copy
 import functools
@@ -14,8 +7,8 @@ import pathlib
 
 import yaml
 
-# libyaml's parser, when PyYAML has it (its wheels do): the pure-Python one takes a second for
-# the contracts, on every start.
+# libyaml's parser, when PyYAML has it (its wheels do): the pure-Python one is much slower, on
+# every start (bench/results/design-measurements.md).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

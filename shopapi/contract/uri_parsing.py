@@ -1,10 +1,5 @@
-"""Array query parameters in both forms clients send: the contract's comma list
-(`status[in]=paid,shipped`, `style: form, explode: false`) and the repeated key that generated
-clients send for any array (`status[in]=paid&status[in]=shipped`).
-
-Connexion keeps only the last of repeated keys of a non-exploded array, which answers for a
-part of what the client asked; here every value counts.
-"""
+"""Array query parameters in both forms clients send: the contract's comma list and repeated keys
+(Connexion keeps only the last). Why: docs/contract.md."""
 
 from connexion.uri_parsing import QUERY_STRING_DELIMITERS, OpenAPIURIParser
 

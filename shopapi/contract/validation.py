@@ -1,13 +1,5 @@
-"""Request validation that names every bad parameter and body field.
-
-Connexion's validators stop at the first error and report it as free text; these collect all of
-them into `errors` (a parameter name, or a JSON pointer into the body). They also apply what
-Connexion leaves out: OpenAPI's `readOnly` (a read-only field in a request body is refused), a
-body that is not UTF-8 (400, not 500: connexion#1860), and strings that are not text that can
-be stored: a lone surrogate escape such as "\ud800" is valid JSON but cannot be encoded, and
-PostgreSQL cannot store a NUL. A NUL is refused in every query value and every value of a JSON
-or form body, declared or not, whatever the contract says of it.
-"""
+"""Request validation that names every bad parameter and body field, and refuses what Connexion lets
+through (readOnly fields, non-UTF-8 bodies, NUL, lone surrogates). Why: docs/contract.md."""
 
 import collections
 import json

@@ -1,10 +1,5 @@
-"""Alerts posted to ALERT_WEBHOOK_URL in Alertmanager's format (the body of
-`POST /api/v2/alerts`), from a background thread so that no request waits for them.
-
-One alert per operation per minute at most: a slow spell gives one alert per operation, renewed
-while it lasts (Alertmanager resolves it once `endsAt` passes without a renewal), not one per
-request. Alerts that cannot be posted, or find the queue full, are logged and counted.
-"""
+"""Slow-request alerts posted to ALERT_WEBHOOK_URL in Alertmanager's format, from a background
+thread, at most one per operation per minute. More: docs/telemetry.md."""
 
 import datetime
 import logging

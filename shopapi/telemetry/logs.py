@@ -1,9 +1,5 @@
-"""The service's logs: one JSON object per line on stdout, for a log shipper to read as is.
-
-Every record of the `shopapi` loggers carries `time`, `level`, `logger` and `message`, the id of
-the request it was written for (when there is one), and the fields passed as
-`extra={"fields": {...}}`. Only what a caller passes is written: never a header or a body.
-"""
+"""The service's logs: one JSON object per line on stdout, with the request's id and only the
+fields a caller passes. More: docs/telemetry.md."""
 
 import datetime
 import logging

@@ -1,12 +1,5 @@
-"""Prometheus metrics, in prometheus_client's registry (or its multiprocess files when
-PROMETHEUS_MULTIPROC_DIR is set, as the production server does, so that a scrape sums every
-worker).
-
-prometheus-flask-exporter is not used: it sees only what reaches Flask, so it misses the
-responses Connexion's middleware gives itself (400, 401, 403, 405, preflights) and labels a 404
-as a 500. shopapi.pipeline.observability records every response from outside all of
-Connexion's layers instead.
-"""
+"""Prometheus metrics, summed over gunicorn's workers when PROMETHEUS_MULTIPROC_DIR is set; recorded
+by shopapi.pipeline.observability. Why not a Flask exporter: docs/telemetry.md."""
 
 import os
 

@@ -1,7 +1,5 @@
-"""X-Request-ID: asgi-correlation-id's CorrelationIdMiddleware (registered in app.py, outermost,
-so every response carries the header, errors included) keeps the client's id when it passes
-`is_sane_request_id`, else makes a `new_request_id`. Every layer and log line reads the id from
-the library's `correlation_id` context variable."""
+"""Which X-Request-ID asgi-correlation-id keeps (`is_sane_request_id`) and how it makes a new one
+(`new_request_id`). Why: docs/telemetry.md."""
 
 import re
 import uuid

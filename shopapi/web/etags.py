@@ -1,18 +1,5 @@
-"""ETags and conditional requests (RFC 9110 §8.8.3, §13.1): cheap re-reads, no lost updates.
-
-A tag is the hash of the representation a handler returns, rendered as the client receives it;
-never of a row's columns or `updated_at`. One row has several representations (another API
-version shows it differently), and each needs a tag that changes exactly when it does.
-
-The contract says which operations take part; `conditional`, applied by the resolver to every
-handler, reads it there:
-- a 200 response that declares an `ETag` header carries one: weak for a list (`x-list-of`, a page
-  of a query, good for revalidating a copy, never for `If-Match`), strong otherwise;
-- a GET that declares `If-None-Match` answers 304 without a body when it matches;
-- an operation that declares `If-Match` runs in one transaction when the request carries it; its
-  handler reads the row locked and passes it through `if_match` before changing it, so that no
-  other request can change the row between the check and the change.
-"""
+"""ETags and conditional requests (RFC 9110 §8.8.3, §13.1): tags hashed from representations,
+If-None-Match (304), If-Match (412), as each operation declares. The rules: docs/web.md."""
 
 import base64
 import functools

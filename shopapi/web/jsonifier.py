@@ -1,5 +1,4 @@
-"""Compact JSON with orjson. Connexion's default jsonifier pretty-prints (indent=2): bigger
-bodies and about a third more CPU per request."""
+"""Compact JSON with orjson, instead of Connexion's pretty-printing default. Why: docs/web.md."""
 
 import json
 

@@ -1,9 +1,5 @@
-"""Lists: filters, sort, offset and cursor pages, field selection.
-
-The contract declares the language (shopapi/contract/list_language.py) and Connexion has already
-checked and typed every parameter; this module turns them into Peewee expressions — never SQL
-text — and answers the `{"data", "meta", "links"}` envelope with its RFC 8288 `Link` header.
-"""
+"""Lists: filters, sort, offset and cursor pages, field selection, turned into Peewee expressions;
+the `{"data", "meta", "links"}` envelope and its `Link` header. How: docs/web.md."""
 
 import dataclasses
 import datetime

@@ -1,9 +1,5 @@
-"""Money as API v2 shows it: a decimal amount and its currency, `{"amount": "12.50",
-"currency": "EUR"}`, stored (as in v1) as an integer count of the currency's minor units.
-
-How many minor units make a unit is the currency's ISO 4217 exponent: 2 for most, 0 for the yen,
-3 for the Kuwaiti dinar.
-"""
+"""Money as API v2 shows it (`{"amount": "12.50", "currency": "EUR"}`), stored as an integer count
+of the currency's minor units (ISO 4217 exponents). More: docs/web.md."""
 
 import decimal
 

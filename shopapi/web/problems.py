@@ -1,9 +1,5 @@
-"""Every error answers RFC 9457 `application/problem+json` carrying the request's id.
-
-Errors come from three layers: Connexion's middleware (routing, validation), the handlers (the
-domain's exceptions, Peewee's), and anything unforeseen. All of them end here, registered on the
-Connexion app so that responses Flask never sees are covered too.
-"""
+"""Every error as an RFC 9457 `application/problem+json` document carrying the request's id, from
+whichever layer raised it. What becomes what: docs/web.md."""
 
 import http
 import json

@@ -1,11 +1,5 @@
-"""What differs between API versions: how a resource is shown and read. Handlers and models are
-shared; a handler's `represent` gives v1's representation, and `versioned` turns it into the one
-of the version the request came through.
-
-v1 writes money as `<name>_cents` (minor units) with the `currency` beside it; v2 writes it as
-`<name>: {"amount": "12.50", "currency": "EUR"}` (see shopapi/web/money.py). Otherwise the versions
-are the same.
-"""
+"""What differs between API versions: how a resource is shown and read. A handler's `represent`
+gives v1's representation; `versioned` turns it into the request's version's. More: docs/web.md."""
 
 import functools
 
