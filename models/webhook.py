@@ -12,6 +12,7 @@ from models.db import database
 from models.event import Event
 from models.fields import UTCDateTimeField, utc_now
 from models.user import ROLE_SCOPES, User
+from models.visibility import Viewer
 
 DELIVERY_STATES = ("pending", "delivered", "failed")
 
@@ -59,11 +60,10 @@ class Webhook(BaseModel):
         """Does the owner see everything, who acted included?"""
         return "admin" in self.owner_scopes
 
-    def sees(self, event: Event) -> bool:
-        """May this webhook's owner see `event`? An admin (or credentials acting for no user,
-        which only an admin registers) sees every event; anyone else the catalogue's and their
-        own."""
-        return self.owner_is_admin or event.owner_id in (None, self.owner_id)
+    @property
+    def viewer(self) -> Viewer:
+        """The owner, as they may see now (models/visibility.py)."""
+        return Viewer.of(self.owner_id, self.owner_is_admin)
 
     def withheld(self, event: Event) -> str | None:
         """Why `event` may not be sent here now, by the owner's current role; None when it may."""
@@ -72,7 +72,7 @@ class Webhook(BaseModel):
                 f"the webhook's owner (user {self.owner_id}) is now a {self.owner.role}, "
                 "without the webhooks scope"
             )
-        if not self.sees(event):
+        if not self.viewer.sees(event.owner_id):
             return f"the webhook's owner (user {self.owner_id}) may no longer see this event"
         return None
 
