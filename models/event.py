@@ -5,7 +5,7 @@ event out to the webhooks subscribed to it and marks it `dispatched_at`."""
 
 import peewee
 
-from models.db import database
+from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
 from models.visibility import Viewer
 
@@ -45,3 +45,15 @@ class Event(peewee.Model):
         catalogue's, which belong to no one."""
         of_types = cls.select().where(cls.resource_type.in_(list(resource_types)))
         return viewer.only_seen(of_types, cls.owner_id)
+
+    @classmethod
+    def undispatched(cls, batch: int) -> peewee.Select:
+        """The oldest `batch` events not fanned out yet; on PostgreSQL locked, skipping those
+        another worker is fanning out."""
+        query = cls.select().where(cls.dispatched_at.is_null()).order_by(cls.id).limit(batch)
+        return query.for_update(skip_locked=True) if is_postgresql() else query
+
+    @classmethod
+    def mark_dispatched(cls, events: list["Event"]) -> None:
+        dispatched = cls.id.in_([event.id for event in events])
+        cls.update(dispatched_at=utc_now()).where(dispatched).execute()

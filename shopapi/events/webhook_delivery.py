@@ -9,7 +9,7 @@ against the host name. Redirects are not followed: a 3xx is a failed attempt.
 An attempt has one deadline, WEBHOOK_TIMEOUT_SECONDS after it starts, for all of it: resolving
 the name, connecting, TLS, sending, and the answer's status line and headers (nothing more is
 read). Every socket operation gets only the time left, so a receiver that answers a byte at a
-time cannot stretch an attempt past its deadline, nor the worker's lease (shopapi/events/worker.py),
+time cannot stretch an attempt past its deadline, nor the worker's lease (models/webhook.py),
 which is longer than the deadline.
 """
 
@@ -41,10 +41,6 @@ class Outcome:
     status: int | None
     error: str | None
     duration_ms: int
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
 
 
 class Refused(Exception):
