@@ -35,7 +35,7 @@ def fan_out(transport: push.Transport) -> int:
 
 def deliver_one(settings: Settings, retries: Retries) -> bool:
     """Attempt the next due delivery, if any; returns whether there was one."""
-    delivery = Delivery.claim_due(settings.webhook_timeout_seconds)
+    delivery = Delivery.claim_due(attempt_seconds=settings.webhook_timeout_seconds)
     if delivery is None:
         return False
     reason = delivery.webhook.withheld(delivery.event)
@@ -47,7 +47,7 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
         outcome = Outcome(status=None, error=f"not sent: {reason}", duration_ms=0)
         verdict = "withheld"
     number, result = delivery.record(
-        outcome.status, outcome.error, outcome.duration_ms, retries, verdict
+        outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
     )
     _log_attempt(delivery, number, outcome, result)
     return True
