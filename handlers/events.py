@@ -21,8 +21,7 @@ _ACTOR_FIELDS = ("actor_subject", "actor_user_id")
 def _visible():
     principal = current_principal()
     readable = [kind for kind, scope in _READ_SCOPES.items() if scope in principal.scopes]
-    seen = Event.seen_by(principal.user_id, principal.is_admin, readable)
-    return Event.select().where(seen)
+    return Event.seen_by(principal, readable)
 
 
 def _represent():

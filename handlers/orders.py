@@ -12,8 +12,8 @@ import collections
 import flask
 from connexion.exceptions import Forbidden
 
-from handlers import products
-from models import Order, OrderItem, Product, User
+from handlers.representations import represent_product
+from models import Order, Product, User
 from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
@@ -45,21 +45,6 @@ def represent(order: Order) -> dict:
     }
 
 
-def _with_items(orders) -> list[Order]:
-    """The orders with their items, in two queries rather than one per order. (Peewee's prefetch
-    does the same with a subquery repeating the page's query, and took a third of the CPU of a
-    list of orders in building and matching it.)"""
-    orders = list(orders)
-    items = collections.defaultdict(list)
-    if orders:
-        of_these = OrderItem.order.in_([order.id for order in orders])
-        for item in OrderItem.select().where(of_these).order_by(OrderItem.id):
-            items[item.order_id].append(item)
-    for order in orders:
-        order.items = items[order.id]
-    return orders
-
-
 def _reachable(id: int, load=Order.get_by_id) -> Order:
     order = load(id)
     if not current_principal().reaches(order.user_id):
@@ -80,7 +65,7 @@ def _check_status_change(body: dict, order: Order) -> None:
 
 def list_orders(**params):
     orders = current_principal().only_reachable(Order.select(), Order.user)
-    return list_response(Order, orders, params, represent, fetch=_with_items)
+    return list_response(Order, orders, params, represent, fetch=Order.with_items)
 
 
 def list_user_orders(id, **params):
@@ -94,18 +79,18 @@ def list_user_orders(id, **params):
         raise User.DoesNotExist
     User.get_by_id(user_id)
     orders = Order.select().where(Order.user == user_id)
-    return list_response(Order, orders, params, represent, fetch=_with_items)
+    return list_response(Order, orders, params, represent, fetch=Order.with_items)
 
 
 def _record_low_stock(items: list[dict]) -> None:
     """product.low_stock for each product whose stock these items, just taken, brought below
-    the threshold. The rows are locked by the taking, so their stock is this order's doing."""
+    the threshold."""
     taken = collections.Counter()
     for item in items:
         taken[item["product_id"]] += item["quantity"]
-    for product in Product.select().where(Product.id.in_(list(taken))).order_by(Product.id):
-        if outbox.fell_below_threshold(product.stock + taken[product.id], product.stock):
-            outbox.record("product.low_stock", product, products.represent)
+    threshold = flask.current_app.config["LOW_STOCK_THRESHOLD"]
+    for product in Product.fallen_below(threshold, taken):
+        outbox.record("product.low_stock", product, represent_product)
 
 
 def create_order(body):

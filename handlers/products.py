@@ -1,30 +1,15 @@
 """The product catalogue. Each change writes its event (product.created, product.updated,
 product.low_stock) in its own transaction: see shopapi/events/outbox.py."""
 
+import flask
+
+from handlers.representations import represent_product as represent
 from models import Product
 from models.db import database
 from shopapi.events import outbox
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
-from shopapi.web.representations import versioned
 from shopapi.web.responses import created
-
-
-@versioned
-def represent(product: Product) -> dict:
-    return {
-        "id": product.id,
-        "sku": product.sku,
-        "name": product.name,
-        "description": product.description,
-        "price_cents": product.price_cents,
-        "currency": product.currency,
-        "stock": product.stock,
-        "category": product.category,
-        "active": product.active,
-        "created_at": product.created_at,
-        "updated_at": product.updated_at,
-    }
 
 
 def list_products(**params):
@@ -55,7 +40,7 @@ def _changed(id: int, change) -> dict:
         change(product)
         product.save()
         outbox.record("product.updated", product, represent)
-        if outbox.fell_below_threshold(stock_before, product.stock):
+        if product.fell_below(flask.current_app.config["LOW_STOCK_THRESHOLD"], stock_before):
             outbox.record("product.low_stock", product, represent)
         return represent(product)
 

@@ -122,7 +122,7 @@ def get_webhook_delivery(webhook_id, id):
 def redeliver(webhook_id, body):
     webhook = _webhook(webhook_id)
     event = Event.get_or_none(Event.id == body["event_id"])
-    if event is None or not webhook.sees(event):
+    if event is None or not webhook.viewer.sees(event.owner_id):
         raise InvalidReference(
             "/event_id", f"There is no event {body['event_id']} for this webhook."
         )

@@ -3,13 +3,11 @@ of the change itself, so a change that rolls back leaves no event and a committe
 its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/events/worker.py) fans each
 event out to the webhooks subscribed to it and marks it `dispatched_at`."""
 
-import functools
-import operator
-
 import peewee
 
-from models.db import database
+from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
+from models.visibility import Viewer
 
 TYPES = (
     "order.created",
@@ -42,14 +40,20 @@ class Event(peewee.Model):
         legacy_table_names = False
 
     @classmethod
-    def seen_by(cls, user_id: int | None, sees_all: bool, resource_types):
-        """Which events of `resource_types` a user sees (a condition): the catalogue's, and
-        those of what belongs to them; `sees_all` (an admin) sees every one."""
-        seen = []
-        for resource_type in resource_types:
-            kind = cls.resource_type == resource_type
-            if sees_all or resource_type == "product":
-                seen.append(kind)
-            elif user_id is not None:
-                seen.append(kind & (cls.owner_id == user_id))
-        return functools.reduce(operator.or_, seen) if seen else peewee.SQL("1 = 0")
+    def seen_by(cls, viewer: Viewer, resource_types) -> peewee.Select:
+        """The events of `resource_types` that `viewer` sees: those of what it reaches, and the
+        catalogue's, which belong to no one."""
+        of_types = cls.select().where(cls.resource_type.in_(list(resource_types)))
+        return viewer.only_seen(of_types, cls.owner_id)
+
+    @classmethod
+    def undispatched(cls, batch: int) -> peewee.Select:
+        """The oldest `batch` events not fanned out yet; on PostgreSQL locked, skipping those
+        another worker is fanning out."""
+        query = cls.select().where(cls.dispatched_at.is_null()).order_by(cls.id).limit(batch)
+        return query.for_update(skip_locked=True) if is_postgresql() else query
+
+    @classmethod
+    def mark_dispatched(cls, events: list["Event"]) -> None:
+        dispatched = cls.id.in_([event.id for event in events])
+        cls.update(dispatched_at=utc_now()).where(dispatched).execute()

@@ -1,3 +1,4 @@
+import collections
 from typing import ClassVar
 
 import peewee
@@ -77,6 +78,21 @@ class Order(BaseModel):
         # The items as written, in their order: showing the new order needs no query for them.
         order.items = lines
         return order
+
+    @staticmethod
+    def with_items(orders) -> list["Order"]:
+        """`orders` with their items, in two queries rather than one per order. (Peewee's
+        prefetch does the same with a subquery repeating the page's query, and took a third of
+        the CPU of a list of orders in building and matching it.)"""
+        orders = list(orders)
+        items = collections.defaultdict(list)
+        if orders:
+            of_these = OrderItem.order.in_([order.id for order in orders])
+            for item in OrderItem.select().where(of_these).order_by(OrderItem.id):
+                items[item.order_id].append(item)
+        for order in orders:
+            order.items = items[order.id]
+        return orders
 
     def change(self, changes: dict) -> None:
         """Apply a change of `status` (a state transition) and/or `note`."""

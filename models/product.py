@@ -55,6 +55,18 @@ class Product(BaseModel):
         returned = cls.update(stock=stock, updated_at=utc_now())
         returned.where(cls.id == product_id).execute()
 
+    def fell_below(self, threshold: int, stock_before: int) -> bool:
+        """Did the change from `stock_before` take this product's stock below the low-stock
+        `threshold`? (Once: stock that was already below does not fall again.)"""
+        return self.stock < threshold <= stock_before
+
+    @classmethod
+    def fallen_below(cls, threshold: int, taken: dict[int, int]) -> list["Product"]:
+        """The products whose stock `taken` ({product id: quantity}), just taken, brought below
+        `threshold`; by id. Their rows are locked by the taking, so their stock is its doing."""
+        products = cls.select().where(cls.id.in_(list(taken))).order_by(cls.id)
+        return [p for p in products if p.fell_below(threshold, p.stock + taken[p.id])]
+
     def delete_unreferenced(self) -> None:
         # Orders keep their items' products: a product that was ever ordered stays (it can be
         # deactivated instead).

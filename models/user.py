@@ -16,7 +16,7 @@ SCOPES = (
     "admin",
 )
 # What each role may be granted. Customers and partners reach only their own user record and
-# orders (see shopapi.auth.security.Principal); partners also keep a catalogue and register
+# orders (see models/visibility.py); partners also keep a catalogue and register
 # webhooks; `admin` reaches all.
 ROLE_SCOPES = {
     "customer": frozenset(SCOPES) - {"products:write", "webhooks", "admin"},

@@ -21,13 +21,13 @@ import weakref
 
 import anyio.to_thread
 import connexion
-import peewee
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
 from connexion.security import SECURITY_HANDLERS
 
 from models import ApiKey
 from models.db import database
 from models.user import ROLE_SCOPES
+from models.visibility import Viewer
 from shopapi import internals
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import CREDENTIALS_VERSION, AccessTokens, InvalidToken
@@ -99,9 +99,10 @@ def tokens_of(scope) -> AccessTokens:
 
 
 @dataclasses.dataclass(frozen=True)
-class Principal:
+class Principal(Viewer):
     """The caller. `user_id` is the user it acts as (None for an OAuth client or an external
-    system); without the `admin` scope it reaches only that user's record and orders."""
+    system); without the `admin` scope it reaches only that user's record and orders (what it
+    sees: models/visibility.py)."""
 
     subject: str
     scopes: frozenset[str]
@@ -110,19 +111,6 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return "admin" in self.scopes
-
-    def reaches(self, user_id: int) -> bool:
-        """May this caller see and change what belongs to `user_id`?"""
-        return self.is_admin or (self.user_id is not None and self.user_id == user_id)
-
-    def only_reachable(self, query, owner_field):
-        """`query` narrowed to rows this caller reaches, `owner_field` naming their user. Without
-        `admin`, credentials acting for no user reach none (not the rows that have no owner)."""
-        if self.is_admin:
-            return query
-        if self.user_id is None:
-            return query.where(peewee.SQL("1 = 0"))
-        return query.where(owner_field == self.user_id)
 
 
 def current_principal() -> Principal:

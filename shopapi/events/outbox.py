@@ -1,7 +1,6 @@
 """Events into the outbox (models/event.py), written by the handlers inside the transaction of
 the change they report: the change and its event commit together or not at all."""
 
-import flask
 import orjson
 
 from models import Event
@@ -27,9 +26,3 @@ def record(event_type: str, row, represent, owner_id: int | None = None) -> None
         actor_user_id=principal.user_id,
         data=orjson.dumps(snapshot, option=OPTIONS).decode(),
     )
-
-
-def fell_below_threshold(stock_before: int, stock_after: int) -> bool:
-    """Did this change take a product's stock below the low-stock threshold?"""
-    threshold = flask.current_app.config["LOW_STOCK_THRESHOLD"]
-    return stock_after < threshold <= stock_before

@@ -1,12 +1,5 @@
-"""Mobile push notifications, fed from the same events as webhooks (at fan-out,
-shopapi/events/worker.py).
-
-An event about something a user owns (their orders, their account) notifies that user; product
-events notify nobody, as a product has no owner. A notification is shaped here both as an FCM
-HTTP v1 message and as an APNs payload; a transport sends it. Only `log` (a JSON line with both
-shapes) and `none` exist: sending to FCM or APNs needs their credentials and network, and would
-be another Transport.
-"""
+"""Mobile push notifications of events, sent at fan-out to the user an event is about: shaped
+for FCM and APNs, sent by a transport (`log` or `none`). See docs/events.md."""
 
 import dataclasses
 import logging

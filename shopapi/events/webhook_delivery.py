@@ -1,16 +1,5 @@
-"""One POST of one event to one webhook, signed (Standard Webhooks), and what came of it.
-
-The host name is resolved here and every address it resolves to must be public (unless
-WEBHOOK_ALLOW_PRIVATE); the connection then goes to that vetted address, never to the name again,
-so a name that resolves to a public address when checked and to a private one a moment later
-(DNS rebinding) cannot turn the worker against its own network. TLS still checks the certificate
-against the host name. Redirects are not followed: a 3xx is a failed attempt.
-
-An attempt has one deadline, WEBHOOK_TIMEOUT_SECONDS after it starts, for all of it: resolving
-the name, connecting, TLS, sending, and the answer's status line and headers (nothing more is
-read). Every socket operation gets only the time left, so a receiver that answers a byte at a
-time cannot stretch an attempt past its deadline, nor the worker's lease (shopapi/events/worker.py),
-which is longer than the deadline.
+"""One POST of one event to one webhook, signed (Standard Webhooks), and what came of it: to a
+vetted public address, within one deadline, no redirects (docs/events.md tells why).
 """
 
 import dataclasses
@@ -41,10 +30,6 @@ class Outcome:
     status: int | None
     error: str | None
     duration_ms: int
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
 
 
 class Refused(Exception):

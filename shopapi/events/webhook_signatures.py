@@ -1,9 +1,5 @@
-"""Standard Webhooks signatures (https://www.standardwebhooks.com/).
-
-A secret is `whsec_` followed by the base64 of random bytes. A delivery carries `webhook-id`
-(the message id, the same on every retry), `webhook-timestamp` (Unix seconds) and
-`webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`.
-"""
+"""Standard Webhooks signatures (https://www.standardwebhooks.com/): `whsec_` secrets and the
+`webhook-id`, `webhook-timestamp` and `webhook-signature` headers (see docs/events.md)."""
 
 import base64
 import hashlib

@@ -1,18 +1,5 @@
-"""Which URLs may receive webhooks.
-
-Only http and https, and (unless WEBHOOK_ALLOW_PRIVATE) only public addresses: a webhook must
-not make the service call into its own host or network (SSRF). At registration the URL itself
-is checked; a host name is checked again where it matters, when the worker connects
-(shopapi/events/webhook_delivery.py), because what a name resolves to can change after registration.
-Both apply the same rule to an address (`address_refusal`).
-
-An IPv4 address is written as four decimal numbers (`a.b.c.d`): the other spellings that C
-resolvers and browsers take for an address (`127.1`, `0x7f000001`, `2130706433`, `0177.0.0.1`,
-`0`, full-width digits) are refused at registration whatever address they spell, so that what a
-URL names is plain to see. An IPv6 address that carries an IPv4 one (IPv4-mapped or -compatible,
-NAT64, 6to4, Teredo) is refused too, public or not: what it reaches is decided by a translator
-or a tunnel, not by the address checked; the IPv4 address itself is the one to register.
-"""
+"""Which URLs may receive webhooks: http(s) to public addresses only, unless
+WEBHOOK_ALLOW_PRIVATE, in plain spellings (no SSRF; docs/events.md tells the rules)."""
 
 import ipaddress
 import re
