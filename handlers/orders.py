@@ -12,7 +12,7 @@ import collections
 import flask
 from connexion.exceptions import Forbidden
 
-from handlers.representations import represent_product
+from handlers.product_representation import represent_product
 from models import Order, Product, User
 from models.db import database
 from shopapi.auth.security import current_principal

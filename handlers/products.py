@@ -3,7 +3,7 @@ product.low_stock) in its own transaction: see shopapi/events/outbox.py."""
 
 import flask
 
-from handlers.representations import represent_product as represent
+from handlers.product_representation import represent_product as represent
 from models import Product
 from models.db import database
 from shopapi.events import outbox

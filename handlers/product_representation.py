@@ -1,4 +1,4 @@
-"""Representations that more than one handler module writes: a product's is in every product
+"""A product's representation, which more than one handler module writes: it is in every product
 event, and orders record product.low_stock too."""
 
 from models import Product
