@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-depth \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -112,6 +112,13 @@ bench: install-dev
 	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
+# App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in
+# one run: each app driven straight through its ASGI pipeline, interleaved rounds, medians
+# (bench/pipeline_ab.py; PostgreSQL, databases shopapi_ab_base and shopapi_ab_head).
+BASE ?= HEAD
+bench-ab: install-dev
+	$(BIN)/python bench/pipeline_ab.py --base $(BASE)
+
 profile: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)

@@ -831,7 +831,7 @@ def test_an_order_event_notifies_its_owner_and_a_product_event_nobody(start_work
     assert worker.stop() == 0
 
     [logged] = worker.log_entries("push notification")
-    assert logged["logger"] == "shopapi.events.push"
+    assert logged["logger"] == "shopapi.push"
     assert logged["fcm"] == {
         "message": {
             "topic": "user-7",

@@ -9,7 +9,7 @@ import orjson
 
 from models import Event
 
-log = logging.getLogger("shopapi.events.push")
+log = logging.getLogger("shopapi.push")
 
 
 @dataclasses.dataclass(frozen=True)

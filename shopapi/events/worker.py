@@ -16,7 +16,7 @@ from shopapi.events.webhook_delivery import Outcome
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.telemetry import logs
 
-log = logging.getLogger("shopapi.events.worker")
+log = logging.getLogger("shopapi.worker")
 
 FAN_OUT_BATCH = 100
 

@@ -19,7 +19,7 @@ from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, scaled
 from shopapi.pipeline.request_facts import operation_of
 from shopapi.telemetry import metrics
 
-log = logging.getLogger("shopapi.pipeline.attempt_limits")
+log = logging.getLogger("shopapi.rate_limits")
 
 # A handler thread waits this long for the event loop to count an attempt, else goes on unlimited.
 ATTEMPT_COUNT_TIMEOUT = 2.0

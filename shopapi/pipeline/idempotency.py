@@ -42,7 +42,7 @@ from shopapi.pipeline.buffered_body import read_body, replay_body
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.web.problems import ValidationProblem
 
-log = logging.getLogger("shopapi.pipeline.idempotency")
+log = logging.getLogger("shopapi.idempotency")
 
 HEADER = b"idempotency-key"
 REPLAYED = (b"idempotent-replayed", b"true")

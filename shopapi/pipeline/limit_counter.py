@@ -13,7 +13,7 @@ from limits.errors import StorageError
 
 from shopapi.telemetry import metrics
 
-log = logging.getLogger("shopapi.pipeline.limit_counter")
+log = logging.getLogger("shopapi.rate_limits")
 
 # After a storage failure, requests go unlimited this long before the store is tried again: a
 # dead Redis then costs one failed call a second, not one per request.

@@ -12,7 +12,7 @@ import orjson
 
 from shopapi.telemetry import metrics
 
-log = logging.getLogger("shopapi.telemetry.alerts")
+log = logging.getLogger("shopapi.alerts")
 
 COOLDOWN_SECONDS = 60
 # An alert stays active this long unless renewed.

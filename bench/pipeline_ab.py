@@ -1,0 +1,210 @@
+"""App CPU per request of this tree against another revision's, in one run (`make bench-ab
+BASE=<rev>`): each tree's app in a process of its own on PostgreSQL, the same requests driven
+straight through its ASGI pipeline (no HTTP server, no client library to dilute the difference),
+in interleaved rounds; the medians and their ratio. Writes bench/results/pipeline-ab.md.
+
+    BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_ab \
+        python bench/pipeline_ab.py --base 711f085
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_ab")
+ROUNDS = int(os.environ.get("AB_ROUNDS", 9))
+REQUESTS_PER_ROUND, WARM_UP = 400, 200
+
+# Run inside each tree (its own modules on sys.path): builds the app on its own database, then
+# answers "run <n>" with the CPU seconds <n> rounds of the mix took, as a JSON line.
+CHILD = r"""
+import asyncio, itertools, json, sys, time
+from app import create_app
+from models import MODELS
+from models.db import create_database_if_missing, open_database, use
+from models.migrations import migrate
+from shopapi.settings import Settings
+try:
+    from shopapi.auth.tokens import AccessTokens
+except ImportError:
+    from shopapi.tokens import AccessTokens
+from models.user import SCOPES
+
+import os
+RESULTS = os.fdopen(int(sys.argv[2]), "w")
+url, secret = sys.argv[1], b"bench-only-secret-0123456789abcdef"
+create_database_if_missing(url)
+db = open_database(url)
+use(db)
+with db.connection_context():
+    db.drop_tables(MODELS, safe=True, cascade=True)
+    db.execute_sql("DROP TABLE IF EXISTS schema_migrations")
+migrate(db)
+db.close_all()
+app = create_app(Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000))
+token = AccessTokens(Settings(jwt_secret=secret)).issue("client:bench", SCOPES)
+auth = [(b"authorization", f"Bearer {token}".encode())]
+keys = itertools.count(1)
+
+
+async def call(method, path, query=b"", headers=(), body=b""):
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
+        "root_path": "", "client": ("127.0.0.1", 50000),
+        "headers": [*auth, *headers, (b"content-length", str(len(body)).encode())],
+        "server": ("127.0.0.1", 8000), "state": {}, "extensions": {},
+    }
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+
+    status, answer = [], []
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif message["type"] == "http.response.body":
+            answer.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    if status[0] >= 400:
+        print(method, path, status[0], b"".join(answer)[:300], file=sys.stderr)
+    return status[0]
+
+
+JSON = [(b"content-type", b"application/json")]
+
+
+async def mix():
+    assert await call("GET", "/v1/products", b"per_page=20&sort=-price_cents") == 200
+    assert await call("GET", "/v1/products/7") == 200
+    assert await call("GET", "/v1/products", b"category=books&price_cents[gte]=500") == 200
+    order = json.dumps({"user_id": 1, "items": [{"product_id": 3, "quantity": 1}]}).encode()
+    key = [(b"idempotency-key", f"bench-{next(keys)}".encode())]
+    assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
+
+
+async def main():
+    user = {"email": "buyer@example.com", "name": "Buyer", "password": "correct horse"}
+    assert await call("POST", "/v1/users", b"", JSON, json.dumps(user).encode()) == 201
+    for n in range(50):
+        product = {"sku": f"SKU-{n}", "name": f"Product {n}", "price_cents": 100 + 37 * n,
+                   "currency": "EUR", "stock": 1_000_000,
+                   "category": "books" if n % 2 else "music"}
+        assert await call("POST", "/v1/products", b"", JSON, json.dumps(product).encode()) == 201
+    for line in sys.stdin:
+        rounds = int(line.split()[1])
+        started = time.process_time()
+        for _ in range(rounds):
+            await mix()
+        print(json.dumps({"cpu_seconds": time.process_time() - started}), file=RESULTS, flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+def tree_of(revision: str, into: pathlib.Path) -> pathlib.Path:
+    archive = subprocess.run(  # noqa: S603 (git, our arguments)
+        ["git", "archive", revision],  # noqa: S607
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)  # noqa: S603, S607
+    return into
+
+
+def start(tree: pathlib.Path, database: str) -> subprocess.Popen:
+    """The tree's app in a process of its own; its logs (stdout) are dropped, its measurements
+    come back on a pipe of their own (`process.results`)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    read, write = os.pipe()
+    process = subprocess.Popen(  # noqa: S603 (this Python, our code)
+        [sys.executable, "-c", CHILD, database, str(write)],
+        cwd=tree,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        pass_fds=(write,),
+    )
+    os.close(write)
+    process.results = os.fdopen(read)
+    return process
+
+
+def cpu_ms_per_request(process: subprocess.Popen, mixes: int) -> float:
+    process.stdin.write(f"run {mixes}\n")
+    process.stdin.flush()
+    answer = json.loads(process.results.readline())
+    return answer["cpu_seconds"] * 1000 / (mixes * 4)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the revision to compare against")
+    args = parser.parse_args()
+    base_name = subprocess.run(  # noqa: S603
+        ["git", "rev-parse", "--short", args.base],  # noqa: S607
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="shopapi-ab-") as temp:
+        base_tree = tree_of(args.base, pathlib.Path(temp))
+        servers = {
+            f"base ({base_name})": start(base_tree, URL + "_base"),
+            "this tree": start(ROOT, URL + "_head"),
+        }
+        costs = {name: [] for name in servers}
+        try:
+            for process in servers.values():
+                cpu_ms_per_request(process, WARM_UP // 4)
+            for _ in range(ROUNDS):
+                for name, process in servers.items():
+                    costs[name].append(cpu_ms_per_request(process, REQUESTS_PER_ROUND // 4))
+        finally:
+            for process in servers.values():
+                process.stdin.close()
+                process.wait(timeout=30)
+    medians = {name: statistics.median(values) for name, values in costs.items()}
+    (base, base_ms), (head, head_ms) = medians.items()
+    lines = [
+        "# App CPU per request, this tree against a base revision (bench/pipeline_ab.py)",
+        "",
+        f"The mix (a list of 20 sorted, a product, a filtered list, an order placed with an "
+        f"Idempotency-Key), {ROUNDS} interleaved rounds of {REQUESTS_PER_ROUND} requests per "
+        "tree, through each app's whole ASGI pipeline on PostgreSQL; CPU of the app's process "
+        "only (the database's is not in it).",
+        "",
+        "| tree | median CPU-ms/request | rounds (CPU-ms/request) |",
+        "| --- | --- | --- |",
+        *(
+            f"| {name} | {medians[name]:.3f} | {', '.join(f'{v:.3f}' for v in values)} |"
+            for name, values in costs.items()
+        ),
+        "",
+        f"Ratio, {head} / {base}: **{head_ms / base_ms:.3f}**",
+    ]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    (ROOT / "bench" / "results" / "pipeline-ab.md").write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
