@@ -159,7 +159,7 @@ def _proxies(name: str, raw: str) -> tuple[str, ...]:
     return entries
 
 
-def _setting(variable: str | None, parse: Parser | None, default=None, *, factory=None) -> Any:
+def _setting(variable: str, parse: Parser, default=None, *, factory=None) -> Any:
     """A field of `Settings`, read from `variable` by `parse` when the environment sets it."""
     metadata = {"variable": variable, "parse": parse}
     if factory is not None:
@@ -183,11 +183,10 @@ class Settings:
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
     database_pool_size: int = _setting("DATABASE_POOL_SIZE", _integer(1, 1000), 10)
     # The largest request body (413 beyond); not read from the environment.
-    max_body_bytes: int = _setting(None, None, 1024 * 1024)
+    max_body_bytes: int = 1024 * 1024
     # Signs list cursors and keys idempotency fingerprints; a generated one suits one process.
     cursor_secret: bytes = _setting("CURSOR_SECRET", _secret(16), factory=_random_secret)
-    # Signs access tokens with HS256 (RFC 7518 3.2: a key at least as long as the hash), unless
-    # a key pair is given; a generated one suits one process.
+    # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
     jwt_secret: bytes = _setting("JWT_SECRET", _secret(32), factory=_random_secret)
     # An RS256 key pair (PEM files, read as text) to sign with instead: both or neither.
     jwt_private_key: str | None = _setting("JWT_PRIVATE_KEY", _pem_file)
@@ -259,7 +258,7 @@ class Settings:
         environ = _variables_read(environ)
         values = {}
         for field in dataclasses.fields(cls):
-            variable = field.metadata["variable"]
+            variable = field.metadata.get("variable")
             if variable is not None and variable in environ:
                 values[field.name] = field.metadata["parse"](variable, environ[variable])
         _check_together(values)
