@@ -1,2 +1,2 @@
 """Who is calling: access tokens and their revocation, the security schemes, the principal, the
-OAuth grants."""
+OAuth token endpoint. How and why: docs/auth.md."""

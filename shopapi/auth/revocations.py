@@ -1,22 +1,6 @@
 """Which access tokens are revoked, as this process knows it: a user's tokens of a credentials
-version older than their latest revocation (models/revocation.py).
-
-Checked on every request with a user's bearer token, so the check is a dictionary lookup: the
-revocations are kept in memory and brought up to date with one query on the primary key
-(`id > the last one seen`) when a check finds them more than REFRESH_EVERY seconds old, or
-finds that this process recorded one since. The query runs in a worker thread, off the event
-loop (shopapi/auth/security.py).
-
-So a revocation committed at time T is seen by every process, on any host, for every check that
-starts after T + REFRESH_EVERY: each check uses revocations read by a query started less than
-REFRESH_EVERY before it (a check that finds them older waits for the query). No clock is
-compared across hosts: tokens carry a version, not a time. On the process that made the change,
-the next check looks at once (unless a concurrent refresh read the table in the instant before
-the change committed; then REFRESH_EVERY bounds it too).
-
-When the database cannot be read, checks that need a refresh fail (503) rather than trust
-revocations older than promised.
-"""
+version older than their latest revocation (models/revocation.py), kept in memory and read anew
+at most every REFRESH_EVERY seconds. What that promises, and costs: docs/auth.md."""
 
 import datetime
 import threading

@@ -1,18 +1,6 @@
-"""Who is calling: the checks Connexion runs for the spec's security schemes, and the principal
-the handlers then see.
-
-Connexion enforces scopes only for `oauth2` schemes, so bearer tokens are declared as one
-(`x-tokenInfoFunc` below) and Connexion compares the token's `scope` with the operation's. An
-`apiKey` scheme gets no such check, so `api_key_info` compares the scopes itself and fails the
-same way (403 OAuthScopeProblem).
-
-These run in Connexion's security middleware, before Flask: they find the app's token keys
-through the ASGI scope, and run the API-key lookup off the event loop with its own connection.
-
-A bearer token this service issued to a user is refused once the user is deleted or changes
-password, email or role (shopapi/auth/revocations.py); the client then gets a new token, which
-carries the user's current role.
-"""
+"""Who is calling: the checks Connexion runs for the spec's security schemes (bearer tokens, API
+keys, the metrics token), and the principal the handlers then see. Why scopes are checked as
+they are: docs/auth.md."""
 
 import dataclasses
 import functools

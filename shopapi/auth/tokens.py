@@ -1,9 +1,6 @@
-"""Access tokens: the JWTs this service signs, and those of trusted external authorisation servers.
-
-Every check that matters is explicit here rather than left to a library default: the algorithm is
-pinned per issuer (so neither `alg: none` nor an HS256 token keyed with the RS256 public key can
-pass), and exp, iat, iss and aud are required, not merely checked when present.
-"""
+"""Access tokens: the JWTs this service signs, and those of trusted external authorisation
+servers, every check explicit (the algorithm pinned per issuer, the times required): see
+docs/auth.md."""
 
 import base64
 import hashlib
