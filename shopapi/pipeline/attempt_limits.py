@@ -1,6 +1,6 @@
 """Failed attempts per account (`x-rate-limit-failed-login-per-account`, ...): the handler names
 the account as it makes the attempt (`limited_attempt`), so the count is of exactly what it
-checks, wherever the requests come from."""
+checks, wherever the requests come from. Design: docs/pipeline.md."""
 
 import asyncio
 import concurrent.futures
@@ -39,16 +39,8 @@ _ATTEMPT_REFUSALS = {
 
 
 class AttemptLimitMiddleware:
-    """Failed attempts per account, for the operations whose spec declares such a limit
-    (`x-rate-limit-failed-login-per-account: 10/15 minutes` on the token endpoint): the handler
-    names the account as it makes the attempt (`limited_attempt`), so the count is of exactly
-    what it checks, wherever the requests come from.
-
-    Each attempt is counted before it is made and the count given back unless it fails, so
-    concurrent attempts on any worker or host cannot slip past the limit; over it, the attempt
-    is not made and the answer is 429 with Retry-After until the window ends. This middleware
-    only hands the handler the way to the counter (the count lives on the event loop; the
-    handler runs on a thread)."""
+    """Hands the handler of an operation that declares an attempt limit the way to the counter:
+    the count lives on the event loop, the handler runs on a thread."""
 
     def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
         self.app = app
@@ -94,6 +86,8 @@ class AttemptGate:
     def attempt(self, account: str) -> Iterator["Attempt"]:
         # The account's name is not kept in the store (an email, in Redis), only its digest.
         key = hashlib.sha256(account.encode("utf-8", "surrogatepass")).hexdigest()
+        # Counted before it is made, given back unless it fails: concurrent attempts on any
+        # worker or host cannot slip past the limit.
         usage = self._on_loop(self.counter.hit(self.limit, self.kind, key))
         if usage is not None and usage.exceeded:
             label, detail = _ATTEMPT_REFUSALS[self.kind]

@@ -1,9 +1,6 @@
 """Request bodies are at most `max_bytes`: 413 beyond, whether the size is announced in
-Content-Length or only discovered while a chunked body streams in.
-
-A body sent without Content-Length (chunked) is read here, within the limit, and passed on with
-one: Connexion's request validation takes a missing Content-Length for a missing body.
-"""
+Content-Length or found while a chunked body streams in; a chunked body is passed on with a
+Content-Length. Design: docs/pipeline.md."""
 
 from connexion.exceptions import ProblemException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

@@ -1,7 +1,5 @@
-"""CORS on every response: Starlette's CORSMiddleware (the one Connexion documents; Flask-CORS
-never sees the responses Connexion's middleware gives itself), placed outside Connexion's
-exception handling so errors carry the headers too. A refused preflight is a problem document
-rather than Starlette's plain text."""
+"""CORS on every response, errors included: Starlette's CORSMiddleware, answering a refused
+preflight with a problem document. Design: docs/pipeline.md."""
 
 from asgi_correlation_id import correlation_id
 from starlette.datastructures import Headers

@@ -1,19 +1,6 @@
 """A path is answered as it is: one that is not a route is a 404, never a redirect to a route it
-nearly matches.
-
-Two routers redirected, each to an absolute URL built from the request's `Host` header, which a
-client (or anything between it and us) chooses freely:
-
-- Starlette's, inside Connexion (routing and the docs UI), sent a path that matched a route but
-  for a trailing slash (`/v1/users/1/`, `/v1`) to `http://<Host>/v1/users/1` with a 307
-  (`redirect_slashes`);
-- Werkzeug's, inside Flask, sent a path with doubled slashes (`/v1//users/1`) to
-  `http://<Host>/v1/users/1` with a 308 (`merge_slashes`), which reached the client as a problem
-  with that URL in `detail` and no `Location`.
-
-Both are turned off here, at their source. The docs UI's own redirect from `/v1/ui` to `/v1/ui/`
-is a route of its own, with a relative `Location`, and stays.
-"""
+nearly matches (Starlette's trailing-slash and Werkzeug's doubled-slash redirects are off).
+Design: docs/pipeline.md."""
 
 import connexion
 from connexion.middleware.routing import RoutingMiddleware

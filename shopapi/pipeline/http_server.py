@@ -1,20 +1,6 @@
-"""The HTTP/1.1 protocol the servers speak: uvicorn's httptools one, with the limits on a
-request's head that it lacks. uvicorn's default parser takes a head of any size (a 1 MB header,
-20,000 fields) and waits for it for ever; h11, which has a size limit, is the slower parser and
-has no time limit either. `make serve` runs uvicorn with `--http
-shopapi.pipeline.http_server:HttpProtocol`, and ops/gunicorn.conf.py runs gunicorn with
-`worker_class = "shopapi.pipeline.http_server.UvicornWorker"` (gunicorn's own limit_request_line,
-limit_request_fields and limit_request_field_size apply to its own parser only, not to uvicorn
-workers).
-
-- the request's target (path and query), at most MAX_TARGET_BYTES: else 414 (the contract
-  declares it on the lists, whose filters make long URLs), and the connection closed;
-- the request line and headers, at most MAX_HEAD_BYTES: else 431, and the connection closed;
-- at most MAX_HEADER_FIELDS header fields: else 431, and the connection closed;
-- HEAD_TIMEOUT_SECONDS from a connection's opening, or a request's first byte, to the end of
-  its headers: else 408 (nothing when nothing came), and the connection closed.
-Refusals are problem+json, like every other error the service answers.
-"""
+"""The HTTP/1.1 protocol `make serve` and ops/gunicorn.conf.py speak: uvicorn's httptools one,
+with the limits on a request's head it lacks (414, 431 and 408, as problem+json, the connection
+closed). Design: docs/pipeline.md."""
 
 import asyncio
 import http

@@ -1,27 +1,6 @@
-"""`Idempotency-Key` (draft-ietf-httpapi-idempotency-key-header) on the operations whose spec
-declares the header: the first answer to a client's key is stored for 24 hours and replayed,
-byte for byte, with `Idempotent-Replayed: true`, without running the handler again.
-
-- The same key with another request (method, path or body) is 422; while the first request with
-  the key is still running, a retry is 409 with `Retry-After`.
-- The key is claimed by inserting a row with a unique (client, key) index, so of concurrent
-  retries on any number of workers and hosts exactly one runs (models.IdempotencyKey).
-- A 5xx is not stored: the claim is deleted and a retry runs again. A claim left in flight
-  longer than LEASE (its worker died) is taken over by a retry of the same request.
-- The request is recognised by an HMAC of its method, path and body, keyed with a secret
-  derived from CURSOR_SECRET: bodies carry passwords, and a plain hash of one would let a reader
-  of the table test guesses.
-
-This runs inside Connexion's security and request validation (MiddlewarePosition.BEFORE_CONTEXT):
-the client is known, the header has been validated against the spec, and a request refused by
-validation never claims a key, so its retry is simply refused again. Validation reads the body
-and hands the original messages on (connexion's AbstractRequestBodyValidator.wrap_receive); they
-are read whole again here for the fingerprint and replayed to the handler.
-
-A handler's refusals (a 409 out of stock, a 422 unknown product) travel up as exceptions to
-Connexion's exception middleware, outside this one. To be stored like any other answer they
-are turned into their responses here, by the same handlers (shopapi.web.problems).
-"""
+"""`Idempotency-Key` on the operations whose spec declares the header: the first answer to a
+client's key is stored for 24 hours and replayed byte for byte (`Idempotent-Replayed: true`)
+without running the handler again. Design: docs/pipeline.md."""
 
 import datetime
 import hashlib
@@ -48,17 +27,13 @@ HEADER = b"idempotency-key"
 REPLAYED = (b"idempotent-replayed", b"true")
 # How long a key and its answer are kept: long enough for any client's retries.
 LIFETIME = datetime.timedelta(hours=24)
-# A claim still unanswered after this long belongs to a worker that died, and a retry of the
-# same request runs it again. Requests here take milliseconds, and their waits for a pooled
-# connection or SQLite's lock give up after 10 s: only a request stuck for five minutes (on a
-# PostgreSQL row lock, which has no timeout) could be run twice. And a client retrying after a
-# crash waits minutes, not a day.
+# A claim still unanswered after this long belongs to a worker that died: a retry of the same
+# request runs it again. Far beyond any request's own timeouts (docs/pipeline.md).
 LEASE = datetime.timedelta(minutes=5)
 # Seconds a retry of a request still running should wait: requests take milliseconds.
 IN_FLIGHT_RETRY_AFTER = 1
-# Every this many claims, a worker deletes expired rows (at most PURGE_BATCH, through the index
-# on claimed_at), after its response has gone: the table holds about a day of keys and no
-# request waits for a large delete.
+# Every this many claims, a worker deletes up to PURGE_BATCH expired rows after its response has
+# gone: no request waits for a large delete.
 PURGE_EVERY = 100
 PURGE_BATCH = 1000
 

@@ -1,22 +1,6 @@
-"""A request body's media type, read the same way by every layer: its Content-Type as RFC 9110
-(8.3.1) reads it, type and subtype case-insensitive, and none assumed when none is sent.
-
-Connexion finds a body's schema and validator by the Content-Type exactly as sent, so a body
-sent as `APPLICATION/JSON` found neither and reached the handler unchecked (a NUL in a form's
-`username` then reached PostgreSQL); it takes a body sent without a Content-Type for the
-operation's first media type, which Flask, reading the body for the handler, does not; and it
-fails (500) on a Content-Type with no `/`, or with one in a parameter, when it hands the body
-to a handler. This middleware runs just before Connexion's request validation and
-
-- for an operation that takes a body: answers 415 to a body sent without a Content-Type, or
-  with one that is no media type, and 400 to more than one Content-Type (Connexion reads the
-  first, Flask all of them); otherwise writes the Content-Type as its media type alone, in lower
-  case (`APPLICATION/JSON; charset=UTF-8` becomes `application/json`), so that validation,
-  Flask and the handler all see the media type the contract names. The parameters mean nothing
-  to the types the contract takes: JSON is UTF-8 (RFC 8259) and so are forms here, whatever a
-  `charset` says;
-- for an operation that takes none: drops the Content-Type, which describes nothing it reads.
-"""
+"""A request body's media type, read the same way by every layer as RFC 9110 reads it: the
+Content-Type becomes its media type alone, in lower case; 415 without one, 400 for two; dropped
+when the operation takes no body. Design: docs/pipeline.md."""
 
 import re
 

@@ -1,11 +1,6 @@
-"""Every request, whichever layer answers it, is measured once here: counted and timed in the
-metrics, written as one JSON log line, and, when slower than SLOW_REQUEST_MS, logged as a warning,
-counted and alerted on.
-
-It sits outside Connexion's exception handling and CORS, so it sees the final status of every
-response: a 401 from security, a 400 from validation, a preflight, a 429, a 500. The operation is
-read after the call from what Connexion's router noted in the scope.
-"""
+"""Every response, whichever layer makes it, measured once with its final status: metrics, one
+JSON log line, and a warning, count and alert when slower than SLOW_REQUEST_MS.
+Design: docs/pipeline.md."""
 
 import logging
 import time

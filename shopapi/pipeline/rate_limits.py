@@ -56,12 +56,8 @@ def _presents_credentials(scope: Scope) -> bool:
 class FailedAuthMiddleware:
     """Counts refused credentials (401) per address; once an address is over its limit, its
     requests carrying credentials are refused with 429 before they are checked, until the window
-    ends.
-
-    The block is remembered in this process when the count that crossed the limit comes back, so
-    a request with credentials costs no storage call unless it fails. Each other worker lets at
-    most one more guess through before it learns of the block the same way.
-    """
+    ends. The block is remembered in this process: a request costs a storage call only if it
+    fails."""
 
     def __init__(
         self,

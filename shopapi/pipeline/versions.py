@@ -1,14 +1,6 @@
 """Which API version answers a request: its path's (`/v2/products`), else the one `Accept` asks
-for (`/products` with `Accept: application/vnd.shopapi.v2+json` or
-`application/json; version=2`), else the default.
-
-An unversioned path is given its version before Connexion routes it, so every layer inside sees
-`/v2/products`: the version's contract validates it, its handlers answer, and the links and
-`Location` in the answer name the version (the same bytes as a request to `/v2/products`). An
-`Accept` that asks only for versions not served is 406. Every response of the API names its
-version in `API-Version`, with `Vary: Accept`; the paths outside the versioned API (the JWKS, the
-metrics) have no version.
-"""
+for, else the default; an unversioned path gets its version before routing, and the response
+names it in `API-Version`. Design: docs/pipeline.md."""
 
 import re
 

@@ -1,17 +1,6 @@
-"""The bridge from Connexion's ASGI middleware to Flask: each request runs the WSGI app on a
-thread pool sized like the database pool, and its whole response comes back in one hand-off.
-
-Connexion's own bridge (a2wsgi) runs Flask on 10 threads, whatever the database pool holds, and
-hands every message of a response (its start, each body chunk, the end) back to the event loop
-one at a time, the thread waiting on each: three round trips between threads per request. The
-profile of `make bench` had them as a tenth of a worker's CPU. This API's responses are small,
-complete JSON documents, never streams, so here the thread collects the response and the event
-loop sends it: one hand-off. A request body is read before the handler runs (Connexion's
-validation has read it already, and BodyLimitMiddleware caps it).
-
-The pool's size is the database pool's (DATABASE_POOL_SIZE): a handler thread then always finds
-a connection; with more threads than connections, requests under load wait for one and time out.
-"""
+"""The bridge from Connexion's ASGI middleware to Flask, in a2wsgi's place: Flask runs on as many
+threads as the database pool has connections, and each response comes back to the event loop in
+one hand-off. Design: docs/pipeline.md."""
 
 import asyncio
 import contextvars
