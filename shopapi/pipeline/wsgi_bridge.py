@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from a2wsgi.wsgi import build_environ
 from starlette.types import Receive, Scope, Send
 
+from shopapi.pipeline.buffered_body import read_body
+
 
 class WSGIBridge:
     """An ASGI app running `app` (a WSGI app) on `threads` threads."""
@@ -21,7 +23,7 @@ class WSGIBridge:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # Connexion answers lifespan and websockets before this
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         environ = build_environ(scope, io.BytesIO(body))
         # Connexion's request context (the operation, the token's claims) lives in context
         # variables, which the thread must see.
@@ -57,15 +59,3 @@ class WSGIBridge:
                 iterable.close()
         status, headers = started
         return status, headers, b"".join(chunks)
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":  # the client went away
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
