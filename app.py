@@ -41,7 +41,6 @@ from shopapi.contract.operations import Operations, operations_of
 from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
-from shopapi.pipeline.attempt_limits import AttemptLimitMiddleware
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
@@ -207,9 +206,8 @@ def pipeline(
         # Connexion's: the spec's security schemes. The caller is known from here on.
         SecurityMiddleware,
         # Each operation's x-rate-limit per caller, and the way to its per-account attempt
-        # limits for the handlers that count attempts (the token endpoint).
+        # limit for the handlers that count attempts (the token endpoint).
         partial(RateLimitMiddleware, counter=counter, operations=operations, scale=scale),
-        partial(AttemptLimitMiddleware, counter=counter, operations=operations, scale=scale),
         # A body's media type read as RFC 9110 reads it, before validation picks a schema.
         MediaTypeMiddleware,
         # Connexion's: parameters and body against the contract, then responses (in tests).

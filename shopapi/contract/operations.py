@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 # The operation extensions that limit failed attempts of one kind per account and window
-# (shopapi/pipeline/rate_limits.py, AttemptLimitMiddleware); the kind is the name after the prefix.
+# (shopapi/pipeline/attempt_limits.py); the kind is the name after the prefix.
 ATTEMPT_LIMIT_PREFIX = "x-rate-limit-"
 ATTEMPT_LIMITS = ("failed-login-per-account", "email-taken-per-user")
 

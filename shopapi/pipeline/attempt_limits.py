@@ -12,11 +12,10 @@ from collections.abc import Iterator
 
 import connexion
 import limits
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from shopapi.contract.operations import Operations
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, scaled
-from shopapi.pipeline.request_facts import operation_of
 from shopapi.telemetry import metrics
 
 log = logging.getLogger("shopapi.rate_limits")
@@ -38,29 +37,30 @@ _ATTEMPT_REFUSALS = {
 }
 
 
-class AttemptLimitMiddleware:
-    """Hands the handler of an operation that declares an attempt limit the way to the counter:
-    the count lives on the event loop, the handler runs on a thread."""
+def declared_attempt_limits(
+    operations: Operations, scale: float
+) -> dict[str, tuple[str, limits.RateLimitItem]]:
+    """Each operation's attempt limit, by operation id: its kind and its (scaled) limit."""
+    return {
+        op.id: (op.attempt_limit[0], scaled(op.attempt_limit[1], scale))
+        for op in operations
+        if op.attempt_limit
+    }
 
-    def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
-        self.app = app
-        self.counter = counter
-        self.limits = {
-            op.id: (op.attempt_limit[0], scaled(op.attempt_limit[1], scale))
-            for op in operations
-            if op.attempt_limit
-        }
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = operation_of(scope)
-        declared = self.limits.get(operation.id) if operation else None
-        if scope["type"] == "http" and declared is not None:
-            kind, limit = declared
-            state = scope.setdefault("state", {})
-            state["attempt_limit"] = AttemptGate(
-                self.counter, kind, limit, operation.id, asyncio.get_running_loop(), state
-            )
-        await self.app(scope, receive, send)
+def open_gate(
+    scope: Scope,
+    counter: LimitCounter,
+    operation_id: str,
+    declared: tuple[str, limits.RateLimitItem],
+) -> None:
+    """Give the handler of this request the way to the counter (`limited_attempt`): the count
+    lives on the event loop, the handler runs on a thread."""
+    kind, limit = declared
+    state = scope["state"]
+    state["attempt_limit"] = AttemptGate(
+        counter, kind, limit, operation_id, asyncio.get_running_loop(), state
+    )
 
 
 @dataclasses.dataclass

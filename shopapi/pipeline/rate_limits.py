@@ -11,7 +11,8 @@ from connexion.exceptions import ProblemException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.auth.security import CREDENTIAL_HEADERS
-from shopapi.contract.operations import Operations
+from shopapi.contract.operations import Operation, Operations
+from shopapi.pipeline.attempt_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
 from shopapi.pipeline.request_facts import caller_of, client_address, operation_of
 from shopapi.telemetry import metrics
@@ -22,20 +23,28 @@ MAX_BLOCKED_ADDRESSES = 10_000
 
 
 class RateLimitMiddleware:
-    """Each operation's limit per client. Runs after the security checks, so the client is known;
-    the usage goes into the scope's state for RateLimitHeadersMiddleware to put on the response,
-    whichever layer makes it."""
+    """Each operation's limits, after the security checks (the caller is known): its
+    `x-rate-limit` per caller, counted here (the usage goes into the scope's state for
+    RateLimitHeadersMiddleware to put on the response, whichever layer makes it), and its
+    per-account attempt limit, which the handler counts (`limited_attempt`)."""
 
     def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
         self.app = app
         self.counter = counter
-        self.operations = operations
         self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
+        self.attempt_limits = declared_attempt_limits(operations, scale)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = operation_of(scope)
-        limit = self.limits.get(operation.id) if operation else None
-        if scope["type"] == "http" and limit is not None:
+        operation = operation_of(scope) if scope["type"] == "http" else None
+        if operation is not None:
+            await self._count(scope, operation)
+            if operation.id in self.attempt_limits:
+                open_gate(scope, self.counter, operation.id, self.attempt_limits[operation.id])
+        await self.app(scope, receive, send)
+
+    async def _count(self, scope: Scope, operation: Operation) -> None:
+        limit = self.limits.get(operation.id)
+        if limit is not None:
             usage = await self.counter.hit(limit, operation.id, caller_of(scope))
             if usage is not None:
                 if usage.exceeded:
@@ -46,7 +55,6 @@ class RateLimitMiddleware:
                         f"{limit.get_expiry()} seconds; try again in {usage.reset_after} seconds.",
                     )
                 scope["state"]["rate_limit"] = usage
-        await self.app(scope, receive, send)
 
 
 def _presents_credentials(scope: Scope) -> bool:
