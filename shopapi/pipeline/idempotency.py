@@ -108,12 +108,12 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         body = await read_body(receive)
-        client = caller_of(scope)
+        caller = caller_of(scope)
         request = fingerprint(
             self.fingerprint_key, scope["method"], scope["path"], scope["query_string"], body
         )
         token, held = await _in_database(
-            IdempotencyKey.claim, client, key, request, LEASE, LIFETIME
+            IdempotencyKey.claim, caller, key, request, LEASE, LIFETIME
         )
         if token is None:
             if held.fingerprint != request:
@@ -125,12 +125,12 @@ class IdempotencyMiddleware:
         try:
             start, body_messages = await self._answer(scope, replay_body(body, receive))
         except Exception:
-            await self._release(client, key, token)
+            await self._release(caller, key, token)
             raise
         if start["status"] >= 500:
-            await self._release(client, key, token)
+            await self._release(caller, key, token)
         else:
-            await self._store(client, key, token, start, body_messages)
+            await self._store(caller, key, token, start, body_messages)
         await send(start)
         for message in body_messages:
             await send(message)
@@ -165,7 +165,7 @@ class IdempotencyMiddleware:
         return start, [m for m in rest if m["type"] == "http.response.body"]
 
     async def _store(
-        self, client: str, key: str, token: str, start: Message, body_messages: list[Message]
+        self, caller: str, key: str, token: str, start: Message, body_messages: list[Message]
     ) -> None:
         headers = json.dumps(
             [[n.decode("latin-1"), v.decode("latin-1")] for n, v in start["headers"]]
@@ -173,7 +173,7 @@ class IdempotencyMiddleware:
         body = b"".join(m.get("body", b"") for m in body_messages)
         try:
             stored = await _in_database(
-                IdempotencyKey.answer, client, key, token, start["status"], headers, body
+                IdempotencyKey.answer, caller, key, token, start["status"], headers, body
             )
         except Exception as error:
             # The answer is still the client's to have; a retry finds the key in flight until
@@ -183,9 +183,9 @@ class IdempotencyMiddleware:
         if not stored:
             log.warning("an idempotency key was taken over before its answer was stored")
 
-    async def _release(self, client: str, key: str, token: str) -> None:
+    async def _release(self, caller: str, key: str, token: str) -> None:
         try:
-            await _in_database(IdempotencyKey.release, client, key, token)
+            await _in_database(IdempotencyKey.release, caller, key, token)
         except Exception as error:  # the answer goes out whatever happens to the key
             log.warning("could not release an idempotency key (its lease will): %s", error)
 
