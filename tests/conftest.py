@@ -9,6 +9,7 @@ import os
 import connexion
 import peewee
 import pytest
+from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
 from app import create_app
@@ -22,6 +23,13 @@ POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.
 # Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own
 # beside TEST_DATABASE_URL's, created when missing: `test_gw0`, `test_gw1`, ...
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+# The property-based searches' budgets: a quick default for `make test`, and the `ci` profile
+# (HYPOTHESIS_PROFILE=ci, which .ci/run sets) for depth. The ci profile keeps Hypothesis's own
+# for CI (derandomized, no example database); tests/test_contract.py sizes schemathesis by it too.
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=250)
+settings.register_profile("dev", max_examples=40)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def _worker_database(url: str) -> str:
