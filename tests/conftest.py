@@ -4,9 +4,12 @@ Outside CI an unreachable PostgreSQL skips its half with the reason shown; in CI
 fails, so a green CI always means both databases were exercised.
 """
 
+import hashlib
+import json
 import os
 
 import connexion
+import connexion.spec
 import peewee
 import pytest
 from hypothesis import settings
@@ -30,6 +33,25 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=250)
 settings.register_profile("dev", max_examples=40)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _validated_once(validate):
+    """connexion's check of a spec against the OpenAPI schema, done once a process for each spec:
+    it is most of the second of CPU that building an app costs, and the suite builds hundreds."""
+    validated = set()
+
+    def once(cls, spec):
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).digest()
+        if digest not in validated:
+            validate(cls, spec)
+            validated.add(digest)
+
+    return classmethod(once)
+
+
+connexion.spec.Specification._validate_spec = _validated_once(
+    connexion.spec.Specification._validate_spec.__func__
+)
 
 
 def _worker_database(url: str) -> str:
