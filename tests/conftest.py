@@ -4,6 +4,7 @@ Outside CI an unreachable PostgreSQL skips its half with the reason shown; in CI
 fails, so a green CI always means both databases were exercised.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
+import models.passwords
 from app import create_app
 from models import MODELS
 from models.db import create_database_if_missing, open_database, use
@@ -52,6 +54,21 @@ def _validated_once(validate):
 connexion.spec.Specification._validate_spec = _validated_once(
     connexion.spec.Specification._validate_spec.__func__
 )
+
+
+class _OneSalt:
+    """`secrets` for models/passwords.py in the test process: every salt the same one."""
+
+    @staticmethod
+    def token_bytes(length: int) -> bytes:
+        return bytes(length)
+
+
+# scrypt costs ~70 ms of CPU by design (models/passwords.py), and the suite creates thousands of
+# users with a few passwords: in the test process one salt serves every hash, and each scrypt
+# (password, salt, cost) is computed once. What is stored and checked is still scrypt's.
+models.passwords.secrets = _OneSalt
+models.passwords._scrypt = functools.cache(models.passwords._scrypt)
 
 
 def _worker_database(url: str) -> str:
