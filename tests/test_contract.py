@@ -54,7 +54,7 @@ PHASES = {
 # Every run keeps its phases and operations; its depth follows the Hypothesis profile
 # (tests/conftest.py). In CI (the `ci` profile) 50 cases an operation and every case of the coverage
 # phase; by default 10, and of the coverage phase's cases each operation's first of each kind on
-# each parameter (a wrong type for `price_cents`, ...): a quarter of them
+# each parameter (a wrong type for `price_cents`, ...): a sixth of them
 # (tests/support/schemathesis_hooks.py).
 DEPTH = {"ci": ("50", "all"), "dev": ("10", "first-of-each-kind")}
 RUNS = sorted({(version, scheme) for version, scheme, _ in PHASES})
