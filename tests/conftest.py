@@ -4,13 +4,19 @@ Outside CI an unreachable PostgreSQL skips its half with the reason shown; in CI
 fails, so a green CI always means both databases were exercised.
 """
 
+import functools
+import hashlib
+import json
 import os
 
 import connexion
+import connexion.spec
 import peewee
 import pytest
+from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
 
+import models.passwords
 from app import create_app
 from models import MODELS
 from models.db import create_database_if_missing, open_database, use
@@ -22,6 +28,47 @@ POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.
 # Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own
 # beside TEST_DATABASE_URL's, created when missing: `test_gw0`, `test_gw1`, ...
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+# The property-based searches' budgets: a quick default for `make test`, and the `ci` profile
+# (HYPOTHESIS_PROFILE=ci, which .ci/run sets) for depth. The ci profile keeps Hypothesis's own
+# for CI (derandomized, no example database); tests/test_contract.py sizes schemathesis by it too.
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=250)
+settings.register_profile("dev", max_examples=40)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _validated_once(validate):
+    """connexion's check of a spec against the OpenAPI schema, done once a process for each spec:
+    it is most of the second of CPU that building an app costs, and the suite builds hundreds."""
+    validated = set()
+
+    def once(cls, spec):
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).digest()
+        if digest not in validated:
+            validate(cls, spec)
+            validated.add(digest)
+
+    return classmethod(once)
+
+
+connexion.spec.Specification._validate_spec = _validated_once(
+    connexion.spec.Specification._validate_spec.__func__
+)
+
+
+class _OneSalt:
+    """`secrets` for models/passwords.py in the test process: every salt the same one."""
+
+    @staticmethod
+    def token_bytes(length: int) -> bytes:
+        return bytes(length)
+
+
+# scrypt costs ~70 ms of CPU by design (models/passwords.py), and the suite creates thousands of
+# users with a few passwords: in the test process one salt serves every hash, and each scrypt
+# (password, salt, cost) is computed once. What is stored and checked is still scrypt's.
+models.passwords.secrets = _OneSalt
+models.passwords._scrypt = functools.cache(models.passwords._scrypt)
 
 
 def _worker_database(url: str) -> str:

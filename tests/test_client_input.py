@@ -327,7 +327,6 @@ def test_no_request_built_from_the_contract_is_a_server_error(client):
     ops = operations(client)
 
     @settings(
-        max_examples=250,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

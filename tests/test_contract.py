@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import settings
 from support.helpers import bearer_for, create_user
 from support.live import ROOT, live_server
 
@@ -50,6 +51,12 @@ PHASES = {
     ("v2", "bearer", "postgresql"): "examples,coverage",
     ("v2", "bearer", "sqlite"): "examples,fuzzing,stateful",
 }
+# Every run keeps its phases and operations; its depth follows the Hypothesis profile
+# (tests/conftest.py). In CI (the `ci` profile) 50 cases an operation and every case of the coverage
+# phase; by default 10, and of the coverage phase's cases each operation's first of each kind on
+# each parameter (a wrong type for `price_cents`, ...): a sixth of them
+# (tests/support/schemathesis_hooks.py).
+DEPTH = {"ci": ("50", "all"), "dev": ("10", "first-of-each-kind")}
 RUNS = sorted({(version, scheme) for version, scheme, _ in PHASES})
 # v2 differs from v1 only on the paths with money; its other path items are v1's, by $ref
 # (spec/v2.yaml), served by the same handlers, and fuzzed in the v1 runs.
@@ -83,6 +90,7 @@ def test_schemathesis_finds_no_failure(client, database_url, version, scheme):
     phases = PHASES[version, scheme, database_url.partition(":")[0]]
     header, protected = _credentials(client, scheme)
     only = ["--include-path-regex", ONLY[version]] if version in ONLY else []
+    max_examples, coverage = DEPTH[settings.get_current_profile_name()]
     with live_server(database_url, VALIDATE_RESPONSES="1") as base:
         run = subprocess.run(
             [
@@ -98,7 +106,7 @@ def test_schemathesis_finds_no_failure(client, database_url, version, scheme):
                 "--phases",
                 phases,
                 "--max-examples",
-                "50",
+                max_examples,
                 "--seed",
                 "1",
                 "--no-color",
@@ -106,9 +114,9 @@ def test_schemathesis_finds_no_failure(client, database_url, version, scheme):
             ],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=3600,  # a hung run's guard: a deep run on a busy machine takes many minutes
             cwd=ROOT,
-            env={**os.environ, **protected},
+            env={**os.environ, **protected, "FUZZ_COVERAGE": coverage},
         )
     # The failures, not the tail of a long report (which a long reproducing URL can fill).
     report = run.stdout[max(run.stdout.find("= FAILURES ="), 0) :]

@@ -24,6 +24,8 @@ from app import create_app
 from models.db import database, use
 from shopapi.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tests" / "contract_tools"
 BIN = TOOLS / "node_modules" / ".bin"

@@ -46,6 +46,7 @@ def _published_in(users: dict[str, tuple[str, str]]) -> set[str]:
     }
 
 
+@pytest.mark.slow
 def test_make_run_on_a_bare_machine_gets_the_demo_database_with_the_demo_accounts(tmp_path):
     print(_seed(tmp_path))
     users = _sqlite_users(tmp_path / "data" / "shopapi.db")
@@ -54,12 +55,14 @@ def test_make_run_on_a_bare_machine_gets_the_demo_database_with_the_demo_account
     assert _published_in(users) == set(PUBLISHED)  # the README's examples log in with them
 
 
+@pytest.mark.slow
 def test_in_the_demo_database_an_operators_admin_replaces_the_demo_one(tmp_path):
     _seed(tmp_path, **OPERATOR)
     users = _sqlite_users(tmp_path / "data" / "shopapi.db")
     assert set(users) == {"carol@example.com", "paul@example.com"}  # the app adds the operator's
 
 
+@pytest.mark.slow
 def test_a_database_of_the_operators_gets_only_their_admin(app, app_with, database_url, tmp_path):
     output = _seed(tmp_path, DATABASE_URL=database_url, **OPERATOR)
     assert "no demo data" in output
@@ -71,6 +74,7 @@ def test_a_database_of_the_operators_gets_only_their_admin(app, app_with, databa
     assert not _published_in(users)
 
 
+@pytest.mark.slow
 def test_the_demo_data_goes_elsewhere_only_when_asked_for(app, database_url, tmp_path):
     output = _seed(tmp_path, DATABASE_URL=database_url, SEED_DEMO="1", **OPERATOR)
     assert "seeded" in output

@@ -9,14 +9,16 @@ products, both kinds of list filter, a cursor walk, an order paid and its events
 as the `Problem` model; the v2 client writes and reads money.
 """
 
+import dataclasses
+import fcntl
 import importlib
 import importlib.util
+import json
 import os
 import pathlib
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
 from http import HTTPStatus
 from types import ModuleType
 
@@ -35,7 +37,7 @@ ABSENT_ID = 2_147_483_647
 TIMEOUT = httpx.Timeout(30)
 
 
-@dataclass
+@dataclasses.dataclass
 class GeneratedClient:
     """A generated package, imported; `output` is what the generator printed."""
 
@@ -108,24 +110,39 @@ def _generate(version: str, contract: bytes, directory: pathlib.Path) -> Generat
     return GeneratedClient(version=version, package=package, output=output)
 
 
-@pytest.fixture(scope="session")
-def generated(tmp_path_factory):
-    """Both versions' clients, generated once from a server of their own: the contract does not
-    depend on the data (that server never touches its database), and the flows on SQLite and on
-    PostgreSQL drive the same clients. Their packages are importable for the session and
-    forgotten after it."""
-    if importlib.util.find_spec("openapi_python_client") is None:
-        _generator_unavailable()
-    directory = tmp_path_factory.mktemp("generated-clients")
+def _generate_both(directory: pathlib.Path) -> dict[str, GeneratedClient]:
+    directory.mkdir()
     with live_server(f"sqlite:///{directory / 'unused.db'}") as base:
         contracts = {}
         for version in VERSIONS:
             response = httpx.get(f"{base}/{version}/openapi.json", timeout=TIMEOUT)
             assert response.status_code == 200, response.text
             contracts[version] = response.content
-    clients = {
+    return {
         version: _generate(version, contract, directory) for version, contract in contracts.items()
     }
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory, worker_id):
+    """Both versions' clients, generated once from a server of their own: the contract does not
+    depend on the data (that server never touches its database), and the flows on SQLite and on
+    PostgreSQL drive the same clients. Under pytest-xdist, once a run: the first worker to need
+    them generates them into the run's directory, the others wait for it (tens of seconds of
+    CPU each). Their packages are importable for the session and forgotten after it."""
+    if importlib.util.find_spec("openapi_python_client") is None:
+        _generator_unavailable()
+    run_directory = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        run_directory = run_directory.parent  # this run's, shared by its workers
+    directory = run_directory / "generated-clients"
+    outputs = directory / "outputs.json"
+    with (run_directory / "generated-clients.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not outputs.exists():
+            clients = _generate_both(directory)
+            outputs.write_text(json.dumps([dataclasses.asdict(c) for c in clients.values()]))
+    clients = {c["version"]: GeneratedClient(**c) for c in json.loads(outputs.read_text())}
     sys.path.insert(0, str(directory))
     importlib.invalidate_caches()
     yield clients

@@ -6,6 +6,7 @@ import datetime
 import functools
 from urllib.parse import urlencode
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -147,8 +148,8 @@ def walk_cursor(client, query, per_page):
     raise AssertionError("the cursor walk did not end")
 
 
+@pytest.mark.slow  # as many examples as the Hypothesis profile gives (tests/conftest.py)
 @settings(
-    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

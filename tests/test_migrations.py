@@ -117,6 +117,7 @@ def _migrate_command(database_url: str) -> subprocess.CompletedProcess:
     return run_module("models.migrations", {**os.environ, "DATABASE_URL": database_url})
 
 
+@pytest.mark.slow
 def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database_url):
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite makes its file itself")
@@ -143,6 +144,7 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database
         ("mysql://shop@db/shop", "DATABASE_URL"),
     ],
 )
+@pytest.mark.slow
 def test_a_configuration_mistake_is_one_line_not_a_traceback(database_url, says):
     run = _migrate_command(database_url)
     assert run.returncode == 1

@@ -153,6 +153,7 @@ def test_a_token_of_a_user_with_orders_survives_a_refused_deletion(client, anony
     assert _works(anonymous, login)
 
 
+@pytest.mark.slow
 def test_another_process_refuses_a_revoked_token_within_seconds(client, anonymous, database_url):
     """The change is made here; a separate server process on the same database learns of it
     only through the revocation table."""

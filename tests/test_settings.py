@@ -163,6 +163,7 @@ def test_trusted_proxies_are_addresses_or_networks(value):
         Settings.from_env({"FORWARDED_ALLOW_IPS": value})
 
 
+@pytest.mark.slow
 def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_path):
     # `make run` migrates and seeds before it serves: only the server, which signs tokens and
     # cursors, warns that their secrets are generated.

@@ -119,24 +119,30 @@ def start_worker(app, database_url, tmp_path):
             assert worker.stop() == 0, worker.log_path.read_text()
 
 
-def wait_for(condition, what: str, seconds: float = 10):
+# How long a wait may take before it is a failure: generous, because a worker that has just
+# started still imports everything, for many seconds on a busy machine; it is waited for, not
+# slept through, so a healthy run takes what the work takes.
+WAIT_SECONDS = 120
+
+
+def wait_for(condition, what: str):
     """Poll `condition` until it returns something true; return it."""
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + WAIT_SECONDS
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"waited {seconds} s for {what}")
+            raise AssertionError(f"waited {WAIT_SECONDS} s for {what}")
         time.sleep(0.02)
 
 
-def _settled(delivery_id: int, status: str = "delivered", seconds: float = 10) -> Delivery:
+def _settled(delivery_id: int, status: str = "delivered") -> Delivery:
     def check():
         delivery = Delivery.get_by_id(delivery_id)
         return delivery if delivery.status == status else None
 
-    return wait_for(check, f"delivery {delivery_id} to be {status}", seconds)
+    return wait_for(check, f"delivery {delivery_id} to be {status}")
 
 
 def _delivery_of(event: Event, webhook: Webhook) -> Delivery:
@@ -157,6 +163,7 @@ def _event_ids(requests) -> list[int]:
 # -- From the API to the receiver and back
 
 
+@pytest.mark.slow
 def test_a_webhook_registered_through_the_api_gets_a_placed_order_signed(app_with, start_worker):
     client = app_with(webhook_allow_private=True).test_client()
     client.headers.update(bearer())
@@ -212,6 +219,7 @@ def test_the_signature_matches_the_specifications_test_vector():
     assert signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 
 
+@pytest.mark.slow
 def test_a_delivery_verifies_with_the_reference_implementation(start_worker):
     with Receiver(in_turn()) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -237,6 +245,7 @@ def test_a_delivery_verifies_with_the_reference_implementation(start_worker):
     assert _settled(_delivery_of(event, webhook).id).attempts == 1
 
 
+@pytest.mark.slow
 def test_the_payload_is_in_the_webhooks_api_version(start_worker):
     with Receiver(in_turn()) as receiver:
         _webhook(receiver.url + "/v1", ["product.created"], api_version=1)
@@ -253,6 +262,7 @@ def test_the_payload_is_in_the_webhooks_api_version(start_worker):
 # -- Retries
 
 
+@pytest.mark.slow
 def test_a_failing_receiver_gets_the_event_again_until_it_answers_2xx(start_worker):
     with Receiver(in_turn(500, 500, 200)) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -276,6 +286,7 @@ def test_a_failing_receiver_gets_the_event_again_until_it_answers_2xx(start_work
     assert all(isinstance(e["duration_ms"], int) for e in logged)
 
 
+@pytest.mark.slow
 def test_after_its_last_attempt_a_delivery_fails_and_is_not_tried_again(start_worker):
     with Receiver(in_turn(503, 503, 503)) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -291,6 +302,7 @@ def test_after_its_last_attempt_a_delivery_fails_and_is_not_tried_again(start_wo
     assert _event_ids(receiver.requests) == [first.id] * 3 + [later.id]
 
 
+@pytest.mark.slow
 def test_a_redirect_is_not_followed_but_retried(start_worker):
     with Receiver(in_turn(307)) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -302,6 +314,7 @@ def test_a_redirect_is_not_followed_but_retried(start_worker):
     assert [request.path for request in receiver.requests] == ["/hook", "/hook"]
 
 
+@pytest.mark.slow
 def test_410_disables_the_webhook_and_nothing_more_is_sent_to_it(start_worker):
     with Receiver(in_turn(410)) as gone, Receiver(in_turn()) as healthy:
         leaving = _webhook(gone.url, ["order.created"])
@@ -322,6 +335,7 @@ def test_410_disables_the_webhook_and_nothing_more_is_sent_to_it(start_worker):
     assert Delivery.get_or_none(event=after, webhook=leaving) is None
 
 
+@pytest.mark.slow
 def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(start_worker):
     with Receiver(in_turn(Hold(seconds=3))) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -335,6 +349,7 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(start_worker):
     assert 250 <= attempt.duration_ms < 3000  # it waited for the timeout, not for the receiver
 
 
+@pytest.mark.slow
 def test_a_receiver_that_drips_its_answer_costs_one_attempt_that_ends_at_the_deadline(
     start_worker,
 ):
@@ -347,7 +362,7 @@ def test_a_receiver_that_drips_its_answer_costs_one_attempt_that_ends_at_the_dea
         start_worker(
             WEBHOOK_TIMEOUT_SECONDS="0.5", WEBHOOK_MAX_ATTEMPTS="1", WEBHOOK_WORKER_THREADS="2"
         )
-        delivery = _settled(_delivery_of(event, webhook).id, "failed", seconds=15)
+        delivery = _settled(_delivery_of(event, webhook).id, "failed")
         sent = _event_ids(receiver.requests)
 
     [attempt] = _attempts(delivery)
@@ -380,6 +395,7 @@ def test_a_resolver_that_does_not_answer_ends_the_attempt_at_its_deadline(monkey
 # -- Crashes and stops
 
 
+@pytest.mark.slow
 def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
     held = Hold()
     with Receiver(in_turn(held)) as receiver:
@@ -391,12 +407,13 @@ def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
         held.release.set()
         start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
         # The dead worker's lease (timeout + 5 s) has to run out first.
-        delivery = _settled(_delivery_of(event, webhook).id, seconds=15)
+        delivery = _settled(_delivery_of(event, webhook).id)
 
     assert _event_ids(receiver.requests) == [event.id, event.id]
     assert [a.response_status for a in _attempts(delivery)] == [200]
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_delivery_under_way_finish(start_worker):
     with Receiver(in_turn(Hold(seconds=0.5))) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -413,6 +430,7 @@ def test_sigterm_lets_the_delivery_under_way_finish(start_worker):
 # -- Order and concurrency
 
 
+@pytest.mark.slow
 def test_the_events_of_one_resource_arrive_in_order_others_do_not_wait(start_worker):
     first_failed = []
 
@@ -442,6 +460,7 @@ def test_the_events_of_one_resource_arrive_in_order_others_do_not_wait(start_wor
     assert received.index(events[3].id) < retry
 
 
+@pytest.mark.slow
 def test_an_event_waits_for_an_earlier_one_another_worker_is_fanning_out(
     start_worker, database_url
 ):
@@ -464,6 +483,7 @@ def test_an_event_waits_for_an_earlier_one_another_worker_is_fanning_out(
     assert _event_ids(receiver.requests) == [elsewhere.id, earlier.id, later.id]
 
 
+@pytest.mark.slow
 def test_two_workers_deliver_each_event_once(start_worker, database_url):
     if database_url.startswith("sqlite"):
         pytest.skip("SQLite has one writer: one worker process is the supported setup")
@@ -475,7 +495,6 @@ def test_two_workers_deliver_each_event_once(start_worker, database_url):
         wait_for(
             lambda: Delivery.select().where(Delivery.status == "delivered").count() == 150,
             "every delivery",
-            seconds=20,
         )
 
     received = _event_ids(receiver.requests)
@@ -490,6 +509,7 @@ def test_two_workers_deliver_each_event_once(start_worker, database_url):
 # -- Where webhooks may go
 
 
+@pytest.mark.slow
 def test_a_private_target_is_refused_without_connecting(start_worker):
     with Receiver(in_turn()) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
@@ -503,6 +523,7 @@ def test_a_private_target_is_refused_without_connecting(start_worker):
     assert receiver.requests == []
 
 
+@pytest.mark.slow
 def test_an_address_registered_in_another_form_is_refused_without_connecting(start_worker):
     # URLs stored before registration refused these forms: the worker refuses them too.
     with Receiver(in_turn()) as receiver:
@@ -594,6 +615,7 @@ def test_the_worker_refuses_a_name_that_resolves_to_any_such_address(monkeypatch
 # -- Whose webhook it is
 
 
+@pytest.mark.slow
 def test_deliveries_follow_the_owners_current_role(client, start_worker):
     customer = create_user(client)
     demoted_partner = create_user(client, role="partner")
@@ -630,7 +652,6 @@ def test_deliveries_follow_the_owners_current_role(client, start_worker):
                 and not Delivery.select().where(Delivery.status == "pending").exists()
             ),
             "every event fanned out and every delivery settled",
-            seconds=20,
         )
 
     received = {name: [] for name in hooks}
@@ -678,6 +699,7 @@ def test_deliveries_follow_the_owners_current_role(client, start_worker):
     ]
 
 
+@pytest.mark.slow
 def test_only_an_admins_webhook_is_told_who_acted(client, start_worker):
     admin, partner = create_user(client, role="admin"), create_user(client, role="partner")
     with Receiver(in_turn()) as receiver:
@@ -689,7 +711,7 @@ def test_only_an_admins_webhook_is_told_who_acted(client, start_worker):
         _webhook(f"{receiver.url}/no-user", ["product.created"])  # an admin's OAuth client's
         _event("product.created", 5, actor=("api-key:3", admin["id"]))
         start_worker()
-        wait_for(lambda: len(receiver.requests) == 4, "the four deliveries", seconds=20)
+        wait_for(lambda: len(receiver.requests) == 4, "the four deliveries")
 
     actors = {
         request.path.rsplit("/", 1)[1]: (
@@ -820,6 +842,7 @@ def test_https_checks_the_certificate_against_the_host_name(
 # -- Mobile push
 
 
+@pytest.mark.slow
 def test_an_order_event_notifies_its_owner_and_a_product_event_nobody(start_worker):
     product = _event("product.updated", 3, price_cents=990)
     order = _event("order.status_changed", 12, owner_id=7, status="shipped")

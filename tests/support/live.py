@@ -37,12 +37,15 @@ def free_port() -> int:
 
 def wait_until_up(base: str, process: subprocess.Popen, log: pathlib.Path | None = None) -> None:
     """Until `process` serves the contract at `base`; a failure quotes the end of `log`."""
-    # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds;
-    # a healthy one answers at once.
+    # Generous: on a busy machine a cold start (imports, contract, database) takes many seconds,
+    # and so can the first contract document (about a second on a quiet one); a healthy server
+    # answers at once. A connection refused is asked again; an answer is waited for until the
+    # deadline, not given up on and asked for again.
     deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
     while True:
+        left = max(deadline - time.monotonic(), 1)
         try:
-            httpx.get(f"{base}/v1/openapi.json", timeout=10)
+            httpx.get(f"{base}/v1/openapi.json", timeout=httpx.Timeout(left, connect=5))
             return
         except httpx.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:

@@ -8,7 +8,7 @@ import uuid
 import jsonschema
 import schemathesis
 import yaml
-from schemathesis.generation.meta import CoverageScenario
+from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario
 
 # A cursor is valid only as the API issued it (signed, bound to its filters and sort), so every
 # generated one is a documented 400 that no schema can express — and so is one next to `page`.
@@ -50,6 +50,33 @@ _VALID_KEY = jsonschema.Draft4Validator(
 # positive cases and would delete or change what they need (the one cancelled order a DELETE
 # could take). It is pointed at an id no resource has instead.
 _ENTITY_TAGS = re.compile(_CONTRACT["components"]["parameters"]["IfNoneMatch"]["schema"]["pattern"])
+
+
+# The coverage phase's budget outside CI (tests/test_contract.py): FUZZ_COVERAGE=first-of-each-kind
+# sends, of an operation's cases for one scenario on one parameter, only the first. A list's
+# comparison filters (`price_cents[lt]`, `[gte]`, `[ne]`...) take their field's values, so they
+# count as their field (`[in]` and `[contains]` have their own forms).
+_FIRST_OF_EACH_KIND = os.environ.get("FUZZ_COVERAGE") == "first-of-each-kind"
+_COMPARISON = re.compile(r"\[(ne|lt|lte|gt|gte)\]$")
+_kinds_sent = set()
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    data = case.meta.phase.data if case.meta else None
+    if not _FIRST_OF_EACH_KIND or not isinstance(data, CoveragePhaseData):
+        return True
+    kind = (
+        case.operation.label,
+        case.meta.generation.mode,
+        data.scenario,
+        data.parameter_location,
+        _COMPARISON.sub("", data.parameter or ""),
+    )
+    if kind in _kinds_sent:
+        return False
+    _kinds_sent.add(kind)
+    return True
 
 
 @schemathesis.hook
