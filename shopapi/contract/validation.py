@@ -2,6 +2,7 @@
 through (readOnly fields, non-UTF-8 bodies, NUL, lone surrogates). Why: docs/contract.md."""
 
 import collections
+import dataclasses
 import json
 from urllib.parse import parse_qsl
 
@@ -16,6 +17,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
 from shopapi.contract.formats import FORMAT_CHECKER
+from shopapi.contract.per_definition import PerDefinition
 from shopapi.web.problems import ValidationProblem
 
 
@@ -26,22 +28,13 @@ def _refuse_read_only(validator, read_only, instance, schema):
 
 _BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only})
 
-# Compiled validators by (validator class, schema). Connexion builds its validators anew for
-# every request; the schemas are the spec's own, alive as long as the app. Bounded, for a process
-# that builds many apps (the tests).
-_compiled: dict[tuple[type, int], tuple[dict, object]] = {}
-_MAX_COMPILED = 4096
-
-
-def _compiled_validator(cls, schema: dict):
-    """`cls(schema)`, built once per schema (the schema is kept so that its id is not reused)."""
-    key = (cls, id(schema))
-    cached = _compiled.get(key)
-    if cached is None or cached[0] is not schema:
-        if len(_compiled) >= _MAX_COMPILED:
-            _compiled.clear()
-        cached = _compiled[key] = (schema, cls(schema, format_checker=FORMAT_CHECKER))
-    return cached[1]
+# Each schema's validator, compiled once (Connexion compiles one for every request).
+_body_validator = PerDefinition(
+    lambda schema: _BodySchemaValidator(schema, format_checker=FORMAT_CHECKER)
+)
+_parameter_validator = PerDefinition(
+    lambda schema: Draft4Validator(schema, format_checker=FORMAT_CHECKER)
+)
 
 
 def pointer(path) -> str:
@@ -110,7 +103,7 @@ def _refuse_constant(name):
 class RequestBodyValidator(JSONRequestBodyValidator):
     @property
     def _validator(self):
-        return _compiled_validator(_BodySchemaValidator, self._schema)
+        return _body_validator(self._schema)
 
     async def _parse(self, stream, scope):
         raw = b"".join([message async for message in stream])
@@ -138,7 +131,63 @@ class RequestBodyValidator(JSONRequestBodyValidator):
         return body
 
 
+@dataclasses.dataclass(frozen=True)
+class _Declared:
+    """An operation's parameters, grouped the way the checks read them."""
+
+    by_location: dict[str, list[dict]]
+    query_names: frozenset[str]
+    single_valued_query: tuple[str, ...]
+    # Each is (order, location, definition): checked in the order Connexion checks them.
+    required: tuple[tuple[int, str, dict], ...]
+    # The optional ones by location and the key the request holds them under.
+    optional: dict[tuple[str, str], tuple[int, str, dict]]
+
+
+def _declare(parameters: list[dict]) -> _Declared:
+    by_location = collections.defaultdict(list)
+    for param in parameters:
+        by_location[param["in"]].append(param)
+    ordered = [(location, param) for location in _LOCATIONS for param in by_location[location]]
+    required, optional = [], {}
+    for order, (location, param) in enumerate(ordered):
+        if param.get("required"):
+            required.append((order, location, param))
+        else:
+            optional[location, _held_as(param["name"], location)] = (order, location, param)
+    query = by_location["query"]
+    return _Declared(
+        by_location=by_location,
+        query_names=frozenset(param["name"] for param in query),
+        single_valued_query=tuple(
+            param["name"] for param in query if param.get("schema", {}).get("type") != "array"
+        ),
+        required=tuple(required),
+        optional=optional,
+    )
+
+
+def _held_as(name: str, location: str) -> str:
+    """The key a ConnexionRequest holds a parameter under: path parameters by their Python name
+    (Connexion's validate_path_parameter), header fields lowercased (Starlette's)."""
+    if location == "path":
+        return name.replace("-", "_")
+    return name.lower() if location == "header" else name
+
+
+_LOCATIONS = ("path", "query", "header", "cookie")
+_declared = PerDefinition(_declare)
+
+
 class ParameterValidator(ConnexionParameterValidator):
+    def __init__(self, parameters, uri_parser, strict_validation=False, security_query_params=None):
+        # Connexion's own __init__ groups the parameters again for every request.
+        self.declared = _declared(parameters)
+        self.parameters = self.declared.by_location
+        self.uri_parser = uri_parser
+        self.strict_validation = strict_validation
+        self.security_query_params = set(security_query_params or [])
+
     @staticmethod
     def validate_parameter(parameter_type, value, param, param_name=None):
         if value is None or (is_nullable(param) and is_null(value)):
@@ -147,7 +196,7 @@ class ParameterValidator(ConnexionParameterValidator):
             )
         # Connexion's own check uses jsonschema's lenient formats; bodies and parameters are held
         # to the same formats here (a `url[ne]` filter must be a URI, like the field).
-        validator = _compiled_validator(Draft4Validator, param.get("schema", param))
+        validator = _parameter_validator(param.get("schema", param))
         if validator.is_valid(value):
             return None
         error = best_match(validator.iter_errors(value))
@@ -157,11 +206,11 @@ class ParameterValidator(ConnexionParameterValidator):
         return error.message
 
     def validate_request(self, request):
+        declared = self.declared
         errors = []
         if self.strict_validation:
-            for name in sorted(
-                self.validate_query_parameter_list(request, self.security_query_params)
-            ):
+            known = declared.query_names | self.security_query_params
+            for name in sorted(request.query_params.keys() - known):
                 errors.append({"parameter": name, "detail": "is not a parameter of this operation"})
         query = parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True)
         # A value that is not text is named once, whatever else its parameter would say of it.
@@ -173,20 +222,32 @@ class ParameterValidator(ConnexionParameterValidator):
                 errors.append({"parameter": name, "detail": problem})
         # Connexion would quietly keep one of the values of a repeated single-valued parameter
         # (`?sku=A&sku=B`); which one the client meant cannot be known.
-        given = collections.Counter(name for name, _ in query)
-        for param in self.parameters.get("query", []):
-            if given[param["name"]] > 1 and param.get("schema", {}).get("type") != "array":
-                errors.append({"parameter": param["name"], "detail": "is given more than once"})
-        for location in ("path", "query", "header", "cookie"):
-            check = getattr(self, f"validate_{location}_parameter")
-            for param in self.parameters.get(location, []):
-                if location == "query" and param["name"] in not_text:
-                    continue
-                error = check(param, request)
-                if error:
-                    errors.append({"parameter": param["name"], "detail": error})
+        if len(query) > 1:
+            given = collections.Counter(name for name, _ in query)
+            for name in declared.single_valued_query:
+                if given[name] > 1:
+                    errors.append({"parameter": name, "detail": "is given more than once"})
+        # What is required, and of the rest only what is given: a list declares about eighty
+        # query parameters (its filters), and an absent optional one has nothing to check.
+        checked = list(declared.required)
+        for location in _LOCATIONS:
+            if declared.by_location[location]:
+                for held_as in getattr(request, _GIVEN[location]):
+                    param = declared.optional.get((location, held_as))
+                    if param is not None:
+                        checked.append(param)
+        for _, location, param in sorted(checked, key=lambda entry: entry[0]):
+            if location == "query" and param["name"] in not_text:
+                continue
+            error = getattr(self, f"validate_{location}_parameter")(param, request)
+            if error:
+                errors.append({"parameter": param["name"], "detail": error})
         if errors:
             raise ValidationProblem(errors)
+
+
+# Where a ConnexionRequest holds each location's parameters, as its validate_*_parameter read them.
+_GIVEN = {"path": "path_params", "query": "query_params", "header": "headers", "cookie": "cookies"}
 
 
 class FormValidator(FormDataValidator):
