@@ -70,3 +70,80 @@ def test_out_of_bounds_paging_is_400_naming_the_parameter(client, query):
     response = client.get(f"/v1/orders?{query}")
     assert response.status_code == 400
     assert response.json()["errors"][0]["parameter"] == query.split("=")[0]
+
+
+# Prefer: count= (RFC 7240), the way PostgREST offers it: exact by default; a client that shows
+# no totals skips the count, or takes the planner's estimate.
+
+
+def _page(client, query: str, prefer: str | None = None):
+    headers = {"Prefer": prefer} if prefer is not None else {}
+    response = client.get(f"/v1/products?{query}", headers=headers)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def test_count_none_leaves_the_total_out_and_still_links_the_next_page(client, products):
+    first = _page(client, "page=1&per_page=3", "count=none")
+    assert first.headers["preference-applied"] == "count=none"
+    body = first.json()
+    assert [p["id"] for p in body["data"]] == [p["id"] for p in products[:3]]
+    assert {k: v for k, v in body["meta"].items() if k != "next_cursor"} == {
+        "page": 1,
+        "per_page": 3,
+    }
+    assert body["links"] == {
+        "self": "/v1/products?page=1&per_page=3",
+        "first": "/v1/products?page=1&per_page=3",
+        "next": "/v1/products?page=2&per_page=3",
+    }
+    last = _page(client, "page=3&per_page=3", "count=none").json()
+    assert [p["id"] for p in last["data"]] == [products[6]["id"]]
+    assert set(last["links"]) == {"self", "first", "prev"}
+    assert last["meta"]["next_cursor"] is None
+    # Exactly full: no row follows, so no next page either.
+    assert "next" not in _page(client, "page=1&per_page=7", "count=none").json()["links"]
+
+
+def test_count_estimated_counts_a_short_list_exactly(client, products, database_url):
+    response = _page(client, "per_page=3", "count=estimated")
+    body = response.json()
+    assert body["meta"]["total"] == 7
+    assert body["meta"]["total_pages"] == 3
+    # SQLite has no planner estimates: whatever was asked, it counts, and says so.
+    counted = "estimated" if database_url.startswith("postgresql") else "exact"
+    assert response.headers["preference-applied"] == f"count={counted}"
+
+
+def test_count_planned_is_the_planners_estimate_on_postgresql(client, products, database_url):
+    response = _page(client, "per_page=3&price_cents[gte]=0", 'count="planned"')
+    body = response.json()
+    if database_url.startswith("postgresql"):
+        assert response.headers["preference-applied"] == "count=planned"
+        assert isinstance(body["meta"]["total"], int) and body["meta"]["total"] >= 0
+    else:
+        assert response.headers["preference-applied"] == "count=exact"
+        assert body["meta"]["total"] == 7
+    # Whatever the estimate, `next` says whether rows follow.
+    assert body["links"]["next"] == "/v1/products?per_page=3&price_cents%5Bgte%5D=0&page=2"
+    assert [p["id"] for p in body["data"]] == [p["id"] for p in products[:3]]
+
+
+@pytest.mark.parametrize("prefer", ["return=minimal", "count=all", "", "handling=lenient, wait=5"])
+def test_other_preferences_are_ignored_and_the_count_is_exact(client, products, prefer):
+    response = _page(client, "per_page=3", prefer)
+    assert "preference-applied" not in response.headers
+    assert response.json()["meta"]["total"] == 7
+
+
+def test_a_count_preference_among_others_is_honoured(client, products):
+    response = _page(client, "per_page=3", "return=minimal, count=none; x=1")
+    assert response.headers["preference-applied"] == "count=none"
+    assert "total" not in response.json()["meta"]
+
+
+def test_cursor_pages_are_never_counted(client, products):
+    cursor = _page(client, "per_page=3").json()["meta"]["next_cursor"]
+    response = _page(client, f"per_page=3&cursor={cursor}", "count=exact")
+    assert "preference-applied" not in response.headers
+    assert "total" not in response.json()["meta"]

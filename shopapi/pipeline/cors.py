@@ -17,6 +17,7 @@ ALLOWED_HEADERS = (
     "Idempotency-Key",
     "If-Match",
     "If-None-Match",
+    "Prefer",
     "X-API-Key",
     "X-Request-ID",
 )
@@ -29,6 +30,7 @@ EXPOSED_HEADERS = (
     "Link",
     "Location",
     "ETag",
+    "Preference-Applied",
     "Retry-After",
     "RateLimit-Limit",
     "RateLimit-Remaining",

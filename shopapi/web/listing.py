@@ -12,7 +12,7 @@ import flask
 import peewee
 
 from shopapi import internals
-from shopapi.web import cursors, money
+from shopapi.web import counts, cursors, money
 from shopapi.web.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -225,6 +225,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
     rows along with it)."""
     request = ListRequest(model, params)
     secret = flask.current_app.config["CURSOR_SECRET"]
+    asked_count = counts.preferred(flask.request.headers.get("Prefer"))
     if request.conditions:
         query = query.where(*request.conditions)
     if request.computed:
@@ -241,17 +242,27 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
         links = {"self": _link(), "first": _link(cursor=None)}
     else:
         page = request.page or 1
-        total = query.count()
-        total_pages = math.ceil(total / per_page)
-        rows = fetch(ordered.paginate(page, per_page))
-        more = page < total_pages
-        meta = {"page": page, "per_page": per_page, "total": total, "total_pages": total_pages}
+        total, counted = counts.total(query, asked_count or "exact")
+        total_pages = None if total is None else math.ceil(total / per_page)
+        if counted == "exact":
+            rows = fetch(ordered.paginate(page, per_page))
+            more = page < total_pages
+        else:
+            # Not counted, or estimated: one row more than the page says whether another follows.
+            rows = fetch(ordered.paginate(page, per_page).limit(per_page + 1))
+            more = len(rows) > per_page
+            rows = rows[:per_page]
+        meta = {"page": page, "per_page": per_page}
         links = {"self": _link(page=page), "first": _link(page=1)}
         if page > 1:
-            links["prev"] = _link(page=min(page - 1, max(total_pages, 1)))
+            # Past the end of an exactly counted list, `prev` is its last page.
+            exact = counted == "exact"
+            links["prev"] = _link(page=min(page - 1, max(total_pages, 1)) if exact else page - 1)
         if more:
             links["next"] = _link(page=page + 1)
-        links["last"] = _link(page=max(total_pages, 1))
+        if total is not None:
+            meta |= {"total": total, "total_pages": total_pages}
+            links["last"] = _link(page=max(total_pages, 1))
 
     next_cursor = None
     if more and rows:
@@ -268,5 +279,9 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
     if request.fields:
         data = [{name: item[name] for name in request.fields} for item in data]
     body = {"data": data, "meta": meta, "links": links}
-    header = ", ".join(f'<{url}>; rel="{rel}"' for rel, url in links.items() if rel != "self")
-    return body, 200, {"Link": header}
+    headers = {
+        "Link": ", ".join(f'<{url}>; rel="{rel}"' for rel, url in links.items() if rel != "self")
+    }
+    if asked_count is not None and request.cursor is None:
+        headers["Preference-Applied"] = f"count={counted}"
+    return body, 200, headers
