@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-ab-instructions bench-depth \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -118,6 +118,13 @@ bench: install-dev
 BASE ?= HEAD
 bench-ab: install-dev
 	$(BIN)/python bench/pipeline_ab.py --base $(BASE)
+
+# The same A/B in instructions counted by callgrind (Debian's valgrind): steadier than CPU time
+# on a busy or shared machine, for small differences (about 5 minutes).
+bench-ab-instructions: install-dev
+	command -v valgrind >/dev/null || apt-get install -y -q valgrind >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q valgrind)
+	$(BIN)/python bench/pipeline_ab.py --base $(BASE) --instructions
 
 profile: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \

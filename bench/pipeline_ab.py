@@ -20,11 +20,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_ab")
 ROUNDS = int(os.environ.get("AB_ROUNDS", 9))
 REQUESTS_PER_ROUND, WARM_UP = 400, 200
+INSTRUCTION_MIXES = 25  # callgrind runs the app about fifty times slower
+MIX = "a list of 20 sorted, a product, a filtered list, an order placed with an Idempotency-Key"
+RESULTS = ROOT / "bench" / "results"
 
 # Run inside each tree (its own modules on sys.path): builds the app on its own database, then
 # answers "run <n>" with the CPU seconds <n> rounds of the mix took, as a JSON line.
 CHILD = r"""
-import asyncio, itertools, json, sys, time
+import asyncio, itertools, json, subprocess, sys, time
 from app import create_app
 from models import MODELS
 from models.db import create_database_if_missing, open_database, use
@@ -96,6 +99,11 @@ async def mix():
     assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
 
 
+def callgrind_counts(state):
+    control = ["callgrind_control", "-i", state, str(os.getpid())]
+    subprocess.run(control, check=True, capture_output=True)
+
+
 async def main():
     user = {"email": "buyer@example.com", "name": "Buyer", "password": "correct horse"}
     assert await call("POST", "/v1/users", b"", JSON, json.dumps(user).encode()) == 201
@@ -106,10 +114,16 @@ async def main():
         assert await call("POST", "/v1/products", b"", JSON, json.dumps(product).encode()) == 201
     for line in sys.stdin:
         rounds = int(line.split()[1])
+        counting = line.split()[0] == "count"  # under callgrind: these rounds' instructions
+        if counting:
+            callgrind_counts("on")
         started = time.process_time()
         for _ in range(rounds):
             await mix()
-        print(json.dumps({"cpu_seconds": time.process_time() - started}), file=RESULTS, flush=True)
+        cpu_seconds = time.process_time() - started
+        if counting:
+            callgrind_counts("off")
+        print(json.dumps({"cpu_seconds": cpu_seconds}), file=RESULTS, flush=True)
 
 
 asyncio.run(main())
@@ -117,6 +131,7 @@ asyncio.run(main())
 
 
 def tree_of(revision: str, into: pathlib.Path) -> pathlib.Path:
+    into.mkdir()
     archive = subprocess.run(  # noqa: S603 (git, our arguments)
         ["git", "archive", revision],  # noqa: S607
         cwd=ROOT,
@@ -127,17 +142,29 @@ def tree_of(revision: str, into: pathlib.Path) -> pathlib.Path:
     return into
 
 
-def start(tree: pathlib.Path, database: str) -> subprocess.Popen:
+def start(tree: pathlib.Path, database: str, callgrind_out: pathlib.Path | None = None):
     """The tree's app in a process of its own; its logs (stdout) are dropped, its measurements
-    come back on a pipe of their own (`process.results`)."""
+    come back on a pipe of their own (`process.results`). With `callgrind_out`, under callgrind,
+    counting nothing until asked to (`count <n>`)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     read, write = os.pipe()
+    valgrind = (
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={callgrind_out}",
+        ]
+        if callgrind_out
+        else []
+    )
     process = subprocess.Popen(  # noqa: S603 (this Python, our code)
-        [sys.executable, "-c", CHILD, database, str(write)],
+        [*valgrind, sys.executable, "-c", CHILD, database, str(write)],
         cwd=tree,
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if callgrind_out else None,
         text=True,
         pass_fds=(write,),
     )
@@ -153,41 +180,40 @@ def cpu_ms_per_request(process: subprocess.Popen, mixes: int) -> float:
     return answer["cpu_seconds"] * 1000 / (mixes * 4)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="the revision to compare against")
-    args = parser.parse_args()
-    base_name = subprocess.run(  # noqa: S603
-        ["git", "rev-parse", "--short", args.base],  # noqa: S607
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="shopapi-ab-") as temp:
-        base_tree = tree_of(args.base, pathlib.Path(temp))
-        servers = {
-            f"base ({base_name})": start(base_tree, URL + "_base"),
-            "this tree": start(ROOT, URL + "_head"),
-        }
-        costs = {name: [] for name in servers}
-        try:
-            for process in servers.values():
-                cpu_ms_per_request(process, WARM_UP // 4)
-            for _ in range(ROUNDS):
-                for name, process in servers.items():
-                    costs[name].append(cpu_ms_per_request(process, REQUESTS_PER_ROUND // 4))
-        finally:
-            for process in servers.values():
-                process.stdin.close()
-                process.wait(timeout=30)
+def instructions_per_request(tree: pathlib.Path, database: str, scratch: pathlib.Path) -> float:
+    """Instructions per request of `tree`'s app over INSTRUCTION_MIXES mixes, counted by
+    callgrind (every thread, the app's own process only), after the same warm-up."""
+    out = scratch / f"callgrind.{tree.name}"
+    process = start(tree, database, callgrind_out=out)
+    cpu_ms_per_request(process, WARM_UP // 4)
+    process.stdin.write(f"count {INSTRUCTION_MIXES}\n")
+    process.stdin.flush()
+    process.results.readline()
+    process.stdin.close()
+    process.wait(timeout=600)
+    totals = next(line for line in out.read_text().splitlines() if line.startswith("totals:"))
+    return int(totals.split()[1]) / (INSTRUCTION_MIXES * 4)
+
+
+def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> list[str]:
+    servers = {name: start(tree, databases[name]) for name, tree in trees.items()}
+    costs = {name: [] for name in servers}
+    try:
+        for process in servers.values():
+            cpu_ms_per_request(process, WARM_UP // 4)
+        for _ in range(ROUNDS):
+            for name, process in servers.items():
+                costs[name].append(cpu_ms_per_request(process, REQUESTS_PER_ROUND // 4))
+    finally:
+        for process in servers.values():
+            process.stdin.close()
+            process.wait(timeout=30)
     medians = {name: statistics.median(values) for name, values in costs.items()}
     (base, base_ms), (head, head_ms) = medians.items()
-    lines = [
+    return [
         "# App CPU per request, this tree against a base revision (bench/pipeline_ab.py)",
         "",
-        f"The mix (a list of 20 sorted, a product, a filtered list, an order placed with an "
-        f"Idempotency-Key), {ROUNDS} interleaved rounds of {REQUESTS_PER_ROUND} requests per "
+        f"The mix ({MIX}), {ROUNDS} interleaved rounds of {REQUESTS_PER_ROUND} requests per "
         "tree, through each app's whole ASGI pipeline on PostgreSQL; CPU of the app's process "
         "only (the database's is not in it).",
         "",
@@ -200,9 +226,63 @@ def main() -> int:
         "",
         f"Ratio, {head} / {base}: **{head_ms / base_ms:.3f}**",
     ]
+
+
+def compare_instructions(
+    trees: dict[str, pathlib.Path], databases: dict[str, str], scratch: pathlib.Path
+) -> list[str]:
+    counts = {
+        name: instructions_per_request(tree, databases[name], scratch)
+        for name, tree in trees.items()
+    }
+    (base, base_ir), (head, head_ir) = counts.items()
+    return [
+        "# Instructions per request, this tree against a base revision (bench/pipeline_ab.py)",
+        "",
+        f"The mix ({MIX}), {INSTRUCTION_MIXES * 4} requests per tree after {WARM_UP} of warm-up, "
+        "through each app's whole ASGI pipeline on PostgreSQL, counted by callgrind in the app's "
+        "process (every thread; the database's are not in it). Steadier than CPU time on a "
+        "shared machine, for small differences.",
+        "",
+        "| tree | instructions/request |",
+        "| --- | --- |",
+        *(f"| {name} | {value:,.0f} |" for name, value in counts.items()),
+        "",
+        f"Ratio, {head} / {base}: **{head_ir / base_ir:.3f}**",
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the revision to compare against")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions with callgrind (Debian's valgrind) instead of timing CPU",
+    )
+    args = parser.parse_args()
+    base_name = subprocess.run(  # noqa: S603
+        ["git", "rev-parse", "--short", args.base],  # noqa: S607
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="shopapi-ab-") as temp:
+        scratch = pathlib.Path(temp)
+        base_tree = tree_of(args.base, scratch / "base")
+        trees = {f"base ({base_name})": base_tree, "this tree": ROOT}
+        databases = {f"base ({base_name})": URL + "_base", "this tree": URL + "_head"}
+        if args.instructions:
+            lines, result = (
+                compare_instructions(trees, databases, scratch),
+                "pipeline-ab-instructions.md",
+            )
+        else:
+            lines, result = compare_cpu(trees, databases), "pipeline-ab.md"
     report = "\n".join(lines) + "\n"
     print(report)
-    (ROOT / "bench" / "results" / "pipeline-ab.md").write_text(report)
+    (RESULTS / result).write_text(report)
     return 0
 
 
