@@ -155,9 +155,9 @@ def database_url(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def direct_database_url(database_url):
-    """`database_url` without PgBouncer, for what a pooler does not pass or would change:
-    dropping a database (PgBouncer keeps server connections to it open) and cutting the server
-    away under the app (tests/support/breakable_database.py)."""
+    """`database_url` without PgBouncer, for what a pooler is in the way of: dropping a
+    database (PgBouncer keeps its server connection to it open), and cutting the server away
+    behind a PgBouncer (tests/test_pgbouncer.py)."""
     return _DIRECT.get(database_url, database_url)
 
 
