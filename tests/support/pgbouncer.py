@@ -83,10 +83,10 @@ class PgBouncer:
             for path in self.directory.iterdir():
                 shutil.chown(path, runner)
             argv += ["-u", runner]
+        # In the starter's process group: whatever stops the test run or the bench as a group
+        # stops pgbouncer too, even when the starter has no chance to.
         with open(self.log, "wb") as log:
-            process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
         while True:
             try:
