@@ -114,6 +114,16 @@ bench: install-dev
 	$(BIN)/python bench/load.py
 	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
 
+# What PgBouncer costs a request: the mix direct against through PgBouncer, interleaved rounds in
+# one run (bench/pgbouncer_ab.py): bench/results/pgbouncer-ab.md.
+.PHONY: bench-pgbouncer
+bench-pgbouncer: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q pgbouncer)
+	$(BIN)/python bench/pgbouncer_ab.py
+
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in
 # one run: each app driven straight through its ASGI pipeline, interleaved rounds, medians
