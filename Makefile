@@ -101,15 +101,28 @@ contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
 
 # The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
-# postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk.
+# postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk;
+# shopapi reaches PostgreSQL through Debian's pgbouncer, which the bench starts (ops/pgbouncer.ini).
 # Then what the revocation check adds to a request (bench/revocation_cost.py, A/B in one process),
 # in a database of its own.
 REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
 bench: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
+	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q pgbouncer)
 	$(BIN)/python bench/load.py
 	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
+
+# What PgBouncer costs a request: the mix direct against through PgBouncer, interleaved rounds in
+# one run (bench/pgbouncer_ab.py): bench/results/pgbouncer-ab.md.
+.PHONY: bench-pgbouncer
+bench-pgbouncer: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q pgbouncer)
+	$(BIN)/python bench/pgbouncer_ab.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in

@@ -12,12 +12,16 @@ in PostgreSQL, against a plain Flask + Peewee baseline measured in the same run.
    sharing PostgreSQL and Redis, round-robin from the load generator); then checks that the data
    and the rate limits stayed consistent across the two.
 
-CPU is read from /proc: the server's processes (master and workers) and every PostgreSQL
-process, separately. Results go to bench/results/load.{json,md,png}.
+shopapi's servers reach PostgreSQL through PgBouncer in transaction mode (ops/pgbouncer.ini), as
+production's hosts do; the baseline, the plain stack, connects directly.
+
+CPU is read from /proc: the server's processes (master and workers), every PostgreSQL process
+and PgBouncer, separately. Results go to bench/results/load.{json,md,png}.
 
     BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench python bench/load.py
 """
 
+import atexit
 import contextlib
 import http.client
 import json
@@ -47,6 +51,7 @@ from models.event import Event  # noqa: E402
 from models.user import ROLE_SCOPES  # noqa: E402
 from shopapi.auth.tokens import AccessTokens  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
+from tests.support.pgbouncer import PgBouncer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BIN = pathlib.Path(sys.executable).parent
@@ -63,6 +68,24 @@ STEP_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # of the mix's satur
 SETTLE_SECONDS = 2
 PARTNERS = 100  # tokens that may patch products; every seeded user is a customer
 CATEGORIES = ("books", "kitchen", "garden", "toys")
+
+
+# shopapi's servers connect through it (main() starts it); None: straight to PostgreSQL.
+PGBOUNCER: PgBouncer | None = None
+
+
+def start_pgbouncer() -> PgBouncer:
+    """PgBouncer in transaction mode in front of the bench database's server, configured as
+    ops/pgbouncer.ini says (stopped when the bench exits)."""
+    global PGBOUNCER
+    PGBOUNCER = PgBouncer(URL)
+    atexit.register(PGBOUNCER.stop)
+    return PGBOUNCER
+
+
+def pgbouncer_seconds() -> float:
+    """CPU seconds PgBouncer used so far (0 without one)."""
+    return cpu.tree_seconds(PGBOUNCER.pid) if PGBOUNCER else 0.0
 
 
 def write_clients(path: pathlib.Path, tokens: AccessTokens) -> None:
@@ -134,7 +157,7 @@ def shopapi_server(name, port, workers, secrets_env, log_dir) -> Server:
         **secrets_env,
         "BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": str(workers),
-        "DATABASE_URL": URL,
+        "DATABASE_URL": PGBOUNCER.url(URL) if PGBOUNCER else URL,
         "RATELIMIT_STORAGE_URI": REDIS,
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"{name}-metrics-", dir=log_dir),
     }
@@ -166,12 +189,14 @@ def wrk(
     argv = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/mix.lua", url]
     app_before = sum(server.cpu_seconds() for server in servers)
     database_before = cpu.program_seconds("postgres")
+    pgbouncer_before = pgbouncer_seconds()
     load_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     finished = subprocess.run(  # noqa: S603 (wrk, our arguments)
         argv, cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
     load_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     database_seconds = cpu.program_seconds("postgres") - database_before
+    pgbouncer_cpu_seconds = pgbouncer_seconds() - pgbouncer_before
     app_seconds = sum(server.cpu_seconds() for server in servers) - app_before
     load_seconds = sum(
         getattr(load_after, field) - getattr(load_before, field)
@@ -193,6 +218,7 @@ def wrk(
         "error_bodies": run["error_bodies"],
         "app_cpu_ms": app_seconds * 1000 / requests,
         "database_cpu_ms": database_seconds * 1000 / requests,
+        "pgbouncer_cpu_ms": pgbouncer_cpu_seconds * 1000 / requests,
         "load_generator_cpu_ms": load_seconds * 1000 / requests,
     }
 
@@ -215,6 +241,7 @@ def _parse(output: str) -> dict:
 
 def medians(runs: list[dict]) -> dict:
     keys = ("throughput", "app_cpu_ms", "database_cpu_ms", "load_generator_cpu_ms")
+    keys += ("pgbouncer_cpu_ms",)
     summary = {key: statistics.median(run[key] for run in runs) for key in keys}
     summary["latency_ms"] = {
         p: statistics.median(run["latency_ms"][p] for run in runs) for p in runs[0]["latency_ms"]
@@ -366,7 +393,8 @@ def _line(label: str, run: dict) -> str:
     return (
         f"{label}: {run['throughput']:7.0f} req/s  p50 {latency['p50']:6.1f}  "
         f"p99 {latency['p99']:7.1f} ms  app {run['app_cpu_ms']:.2f} + db "
-        f"{run['database_cpu_ms']:.2f} CPU-ms/req  errors {run['errors']}"
+        f"{run['database_cpu_ms']:.2f} (+ pgbouncer {run['pgbouncer_cpu_ms']:.2f}) CPU-ms/req  "
+        f"errors {run['errors']}"
     )
 
 
@@ -378,6 +406,7 @@ def main() -> int:
     reset(URL)
     say(f"data set {'seeded' if seeded else 'ready'} in {time.monotonic() - started:.0f} s")
     secrets_env, tokens = server_secrets()
+    start_pgbouncer()
     results: dict = {
         "machine": {
             "cores": os.cpu_count(),
@@ -505,8 +534,33 @@ def markdown(results: dict) -> str:
             f"| {step['offered_rate']:,.0f} | {step['throughput']:,.0f} | {latency['p50']:.1f} | "
             f"{latency['p95']:.1f} | {latency['p99']:.1f} | {step['errors']} |"
         )
+    lines += pgbouncer_report(results)
     lines += ["", f"Whole run: {results['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def pgbouncer_report(results: dict) -> list[str]:
+    """PgBouncer's own CPU beside PostgreSQL's, for each run that went through it."""
+    runs = [("list, shopapi", results["list"]["shopapi"]), ("mix, shopapi", results["mix"])]
+    runs += [(f"{name} alone", run) for name, run in results["operations"].items()]
+    runs += [("mix, two instances of 1 worker", results["scale_out"]["two"])]
+    mix = results["mix"]
+    return [
+        "",
+        "PgBouncer in transaction mode (ops/pgbouncer.ini) between shopapi's workers and "
+        "PostgreSQL; the baseline connects directly:",
+        "",
+        "| run | PostgreSQL CPU-ms/req | PgBouncer CPU-ms/req | PgBouncer / PostgreSQL |",
+        "|---|---|---|---|",
+        *(
+            f"| {name} | {run['database_cpu_ms']:.2f} | {run['pgbouncer_cpu_ms']:.3f} | "
+            f"{run['pgbouncer_cpu_ms'] / max(run['database_cpu_ms'], 1e-9):.1%} |"
+            for name, run in runs
+        ),
+        "",
+        f"- 10,000 req/s of the mix need **{mix['pgbouncer_cpu_ms'] * 10:.1f} cores** of "
+        "PgBouncer (on the app hosts), beside the app's and PostgreSQL's above.",
+    ]
 
 
 if __name__ == "__main__":

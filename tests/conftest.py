@@ -1,7 +1,8 @@
-"""Every API test runs twice: on SQLite and on PostgreSQL (TEST_DATABASE_URL).
+"""Every API test runs twice: on SQLite and on PostgreSQL (TEST_DATABASE_URL), the latter
+through PgBouncer in transaction mode, as production runs it (tests/support/pgbouncer.py).
 
-Outside CI an unreachable PostgreSQL skips its half with the reason shown; in CI (CI=true) it
-fails, so a green CI always means both databases were exercised.
+Outside CI an unreachable PostgreSQL skips its half, and a missing pgbouncer its own tests, with
+the reason shown; in CI (CI=true) either fails, so a green CI exercised both, through PgBouncer.
 """
 
 import functools
@@ -15,6 +16,7 @@ import peewee
 import pytest
 from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
+from support.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 import models.passwords
 from app import create_app
@@ -109,19 +111,54 @@ def fresh_schema(url: str) -> None:
     db.close_all() if hasattr(db, "close_all") else db.close()
 
 
+@pytest.fixture(scope="session")
+def pgbouncer():
+    """A PgBouncer of this test process in front of TEST_DATABASE_URL's server, configured as
+    ops/pgbouncer.ini says (transaction mode)."""
+    try:
+        bouncer = PgBouncer(POSTGRES_URL)
+    except PgBouncerUnavailable as error:
+        # CI installs pgbouncer (.ci/run), so a missing one there is a broken job, not a skip.
+        if os.environ.get("CI"):
+            pytest.fail(f"{error}; CI must test PostgreSQL through PgBouncer", pytrace=False)
+        pytest.skip(str(error))
+    yield bouncer
+    bouncer.stop()
+
+
+# The database each PostgreSQL URL the tests were given reaches PostgreSQL through, directly.
+_DIRECT: dict[str, str] = {}
+
+
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database_url(request, tmp_path_factory):
+    """The database the tests' apps and servers use: on PostgreSQL, through the suite's
+    PgBouncer (straight to the server only outside CI without pgbouncer installed)."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('sqlite')}/shopapi.db"
-    else:
-        reason = _postgres_unreachable_reason()
-        if reason:
-            if os.environ.get("CI"):
-                pytest.fail(f"{reason}; CI must test PostgreSQL")
-            pytest.skip(f"{reason}; set TEST_DATABASE_URL to test PostgreSQL")
-        url = _worker_database(POSTGRES_URL)
-    fresh_schema(url)
+        fresh_schema(url)
+        return url
+    reason = _postgres_unreachable_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI must test PostgreSQL")
+        pytest.skip(f"{reason}; set TEST_DATABASE_URL to test PostgreSQL")
+    direct = _worker_database(POSTGRES_URL)
+    try:
+        url = request.getfixturevalue("pgbouncer").url(direct)
+    except pytest.skip.Exception:
+        url = direct
+    _DIRECT[url] = direct
+    fresh_schema(url)  # the migrations too, through PgBouncer
     return url
+
+
+@pytest.fixture(scope="session")
+def direct_database_url(database_url):
+    """`database_url` without PgBouncer, for what a pooler is in the way of: dropping a
+    database (PgBouncer keeps its server connection to it open), and cutting the server away
+    behind a PgBouncer (tests/test_pgbouncer.py)."""
+    return _DIRECT.get(database_url, database_url)
 
 
 @pytest.fixture(scope="session")

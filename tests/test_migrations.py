@@ -118,7 +118,9 @@ def _migrate_command(database_url: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database_url):
+def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(
+    database_url, direct_database_url
+):
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite makes its file itself")
     server, _, name = database_url.rpartition("/")
@@ -130,9 +132,11 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(database
         assert "m0001_initial" in run.stdout
         assert _migrate_command(f"{server}/{missing}").stdout.strip().endswith("(up to date)")
     finally:
-        admin = open_database(database_url)
+        # Straight to the server, and FORCE: PgBouncer keeps its server connection to the new
+        # database open, which would refuse the drop.
+        admin = open_database(direct_database_url)
         with admin.connection_context():
-            admin.execute_sql(f'DROP DATABASE IF EXISTS "{missing}"')
+            admin.execute_sql(f'DROP DATABASE IF EXISTS "{missing}" WITH (FORCE)')
         admin.close_all()
 
 
