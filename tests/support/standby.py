@@ -85,7 +85,7 @@ class Replication:
 
     def replayed_everything(self) -> bool:
         """Whether the standby has replayed all the primary has written so far."""
-        (written,) = self.primary.query("SELECT pg_current_wal_lsn()")[0]
+        (written,) = self.primary.query("SELECT pg_current_wal_insert_lsn()")[0]
         (caught_up,) = self.standby.query(
             "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (written,)
         )[0]
