@@ -64,22 +64,21 @@ class RoutingDatabase(peewee.DatabaseProxy):
 
     def execute(self, query, **context_options):
         route = current_route.get()
-        if route is None:
-            return self.obj.execute(query, **context_options)
-        if route.replica is None or not isinstance(query, peewee.SelectBase):
+        if route is not None:
             if not isinstance(query, peewee.SelectBase):
-                route.wrote = True
-            route.replica = None
-            return self.obj.execute(query, **context_options)
-        return self._read(route, lambda database: database.execute(query, **context_options))
+                route.replica, route.wrote = None, True
+            elif route.replica is not None:
+                return self._read(route, lambda db: db.execute(query, **context_options))
+        return self.obj.execute(query, **context_options)
 
     def execute_sql(self, sql, params=None):
         route = current_route.get()
-        if route is None:
-            return self.obj.execute_sql(sql, params)
-        if route.replica is None or not _is_read(sql):
-            return self._on_primary().execute_sql(sql, params)
-        return self._read(route, lambda database: database.execute_sql(sql, params))
+        if route is not None:
+            if not _is_read(sql):
+                route.replica, route.wrote = None, True
+            elif route.replica is not None:
+                return self._read(route, lambda db: db.execute_sql(sql, params))
+        return self.obj.execute_sql(sql, params)
 
     def _read(self, route: Route, run):
         replica = route.replica

@@ -68,6 +68,9 @@ class Server:
     def stop(self, mode: str = "fast") -> None:
         _as_postgres(_bindir() / "pg_ctl", "-D", self.directory, "-m", mode, "-w", "stop")
 
+    def postmaster_pid(self) -> int:
+        return int((self.directory / "postmaster.pid").read_text().split()[0])
+
     def is_running(self) -> bool:
         return (self.directory / "postmaster.pid").exists()
 
@@ -105,8 +108,9 @@ def wait_for(condition, deadline_seconds: float = 60, what: str = "condition"):
 
 
 @contextlib.contextmanager
-def primary_and_standby():
-    """A Replication: the primary, with the database `shopapi`, and its hot standby."""
+def primary_and_standby(settings: str = ""):
+    """A Replication: the primary, with the database `shopapi`, and its hot standby; both with
+    `settings` (postgresql.conf lines) after the fast ones."""
     bindir = _bindir()
     root = pathlib.Path(tempfile.mkdtemp(prefix="shopapi-standby-"))
     if os.geteuid() == 0:
@@ -127,9 +131,9 @@ def primary_and_standby():
             "-E",
             "UTF8",
         )
-        settings = f"{FAST_SETTINGS}port = {primary.port}\nunix_socket_directories = '{root}'\n"
         with open(primary.directory / "postgresql.conf", "a") as conf:
-            conf.write(settings)
+            conf.write(f"{FAST_SETTINGS}{settings}\nport = {primary.port}\n")
+            conf.write(f"unix_socket_directories = '{root}'\n")
         primary.start()
         _as_postgres(
             bindir / "createdb", "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", DATABASE
