@@ -16,6 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-ab-instructions bench-depth \
+	bench-replicas \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -123,6 +124,13 @@ bench-pgbouncer: install-dev
 	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q pgbouncer)
 	$(BIN)/python bench/pgbouncer_ab.py
+
+# The mix with one read replica against the primary alone (bench/replicas.py, a few minutes): a
+# primary and a hot standby of its own, started from PostgreSQL's binaries, and Debian's wrk.
+bench-replicas: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/replicas.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in

@@ -59,6 +59,7 @@ from shopapi.pipeline.rate_limits import (
     RateLimitHeadersMiddleware,
     RateLimitMiddleware,
 )
+from shopapi.pipeline.read_routing import read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
@@ -215,6 +216,9 @@ def pipeline(
         ResponseValidationMiddleware,
         # Connexion's: start-up and shut-down.
         LifespanMiddleware,
+        # A valid request that only reads goes to a replica that has its caller's writes (if
+        # replicas are configured); anything else to the primary.
+        read_routing(settings),
         # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
         # the handler's errors itself, with the same handlers, so that they are replayed too.
         partial(

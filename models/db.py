@@ -9,9 +9,11 @@ from urllib.parse import unquote, urlsplit
 
 import peewee
 
+from models.routing import RoutingDatabase, current_route, finish
 from shopapi.internals import IdleCheckedPool
 
-database = peewee.DatabaseProxy()
+# The primary, or a replica for the reads of a request sent to one (models/routing.py).
+database = RoutingDatabase()
 
 # A pooled connection idle longer than this is checked with a round trip before it is used again
 # (Peewee checks every one, one more round trip per request; pools commonly check idle ones only).
@@ -33,19 +35,26 @@ def open_database(url: str, pool_size: int = 10) -> peewee.Database:
             timeout=10,
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "synchronous": "normal"},
         )
-    parts = urlsplit(url)
     return IdleCheckedPool(
-        unquote(parts.path.lstrip("/")),
-        user=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password else None,
-        host=parts.hostname,
-        port=parts.port,
+        **postgresql_arguments(url),
         max_connections=pool_size,
         stale_timeout=300,
         timeout=10,  # seconds to wait for a free pooled connection
         connect_timeout=3,  # a database that is down answers 503 quickly, not after minutes
         check_idle_after=CHECK_IDLE_AFTER_SECONDS,
     )
+
+
+def postgresql_arguments(url: str) -> dict:
+    """What Peewee's PostgreSQL databases take for `postgresql://user:password@host:port/name`."""
+    parts = urlsplit(url)
+    return {
+        "database": unquote(parts.path.lstrip("/")),
+        "user": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "host": parts.hostname,
+        "port": parts.port,
+    }
 
 
 class DatabaseSetupError(Exception):
@@ -108,16 +117,20 @@ def is_postgresql() -> bool:
 
 
 def close_connection(error: BaseException | None = None) -> None:
-    """End this thread's connection (returning it to the pool), if a request opened one.
+    """End this thread's connections (returning them to their pools), if a request opened any.
 
     After a lost connection the idle pooled connections are dropped too: they were opened before
     the outage and each would fail one more request before the pool noticed.
     """
-    if database.obj is None:
+    primary = database.obj
+    if primary is None:
         return
-    if not database.is_closed():
-        database.close()
+    route = current_route.get()
+    if route is not None:
+        finish(route, primary)
+    if not primary.is_closed():
+        primary.close()
     if isinstance(error, peewee.OperationalError | peewee.InterfaceError) and hasattr(
-        database.obj, "close_idle"
+        primary, "close_idle"
     ):
-        database.close_idle()
+        primary.close_idle()

@@ -107,6 +107,13 @@ def _database_url(name: str, raw: str) -> str:
     return raw
 
 
+def _replica_urls(name: str, raw: str) -> tuple[str, ...]:
+    urls = tuple(url.strip() for url in raw.split(",") if url.strip())
+    if not all(url.startswith(("postgresql://", "postgres://")) for url in urls):
+        raise ConfigurationError(f"{name} must be comma-separated postgresql:// URLs")
+    return urls
+
+
 def _pem_file(name: str, raw: str) -> str:
     try:
         text = pathlib.Path(raw).read_text()
@@ -178,6 +185,12 @@ class Settings:
 
     # The database: sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://...
     database_url: str = _setting("DATABASE_URL", _database_url, "sqlite:///data/shopapi.db")
+    # Hot standbys of DATABASE_URL taking the reads (postgresql:// URLs, comma-separated), and
+    # how far behind the primary one may be before it is skipped: docs/database.md.
+    database_replica_urls: tuple[str, ...] = _setting("DATABASE_REPLICA_URLS", _replica_urls, ())
+    database_replica_max_lag_seconds: float = _setting(
+        "DATABASE_REPLICA_MAX_LAG_SECONDS", _positive_number, 5.0
+    )
     # Check every response against the contract: on in tests; it doubles a request's cost.
     validate_responses: bool = _setting("VALIDATE_RESPONSES", _boolean, False)
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
@@ -286,6 +299,10 @@ def _check_together(values: dict) -> None:
         for name in ("jwt_private_key", "jwt_public_key"):
             if name not in values:
                 raise ConfigurationError(f"{name.upper()} must be set too: RS256 needs both keys")
+    if values.get("database_replica_urls") and not values.get("database_url", "").startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise ConfigurationError("DATABASE_REPLICA_URLS needs a PostgreSQL DATABASE_URL")
     email, password = values.get("admin_email"), values.get("admin_password")
     if (email or password) and (not email or len(password or "") < 8):
         raise ConfigurationError(

@@ -8,6 +8,9 @@ import pytest
 from connexion.apps.flask import FlaskASGIApp
 from playhouse.pool import PooledPostgresqlDatabase
 
+from models import Product
+from models.db import database, open_database, use
+from models.routing import Route, current_route
 from shopapi import internals
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 
@@ -97,3 +100,39 @@ def test_a_connection_given_back_a_moment_ago_is_reused_without_peewees_check(
     assert checks == []  # reused on the driver's own state: Peewee's round trip skipped
     db.close()
     db.close_all()
+
+
+def test_every_query_of_a_model_passes_through_its_database_proxy(tmp_path):
+    """models/routing.py sends a read-routed request's queries to its replica from the proxy the
+    models are bound to: Peewee must call the proxy's execute() for a model's queries, and its
+    atomic() for a transaction. Two SQLite files stand in for a primary and a replica."""
+    primary, replica = (open_database(f"sqlite:///{tmp_path}/{name}.db") for name in "ab")
+    bound = database.obj
+    try:
+        for db, sku in ((primary, "ON-PRIMARY"), (replica, "ON-REPLICA")):
+            use(db)
+            db.create_tables([Product])
+            Product.create(sku=sku, name=sku, price_cents=1)
+        use(primary)
+        route = Route(replica)
+        token = current_route.set(route)
+        try:
+            assert [p.sku for p in Product.select()] == ["ON-REPLICA"]
+            assert Product.select().count() == 1 and route.replica is replica
+            Product.create(sku="WRITTEN", name="w", price_cents=1)
+            assert route.replica is None and route.wrote
+            assert {p.sku for p in Product.select()} == {"ON-PRIMARY", "WRITTEN"}
+        finally:
+            current_route.reset(token)
+        route = Route(replica)
+        token = current_route.set(route)
+        try:
+            with database.atomic():
+                assert route.replica is None
+                assert Product.select().count() == 2
+        finally:
+            current_route.reset(token)
+    finally:
+        for db in (primary, replica):
+            db.close()
+        use(bound)

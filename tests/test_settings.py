@@ -175,3 +175,44 @@ def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_pa
         assert run.returncode == 0, run.stderr
         assert "is not set" not in run.stdout
         assert run.stderr == ""
+
+
+def test_read_replicas_are_postgresql_urls_beside_a_postgresql_primary():
+    assert Settings.from_env({}).database_replica_urls == ()
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://u@primary/shop",
+            "DATABASE_REPLICA_URLS": " postgresql://u@replica-1/shop, postgres://u@replica-2/shop",
+            "DATABASE_REPLICA_MAX_LAG_SECONDS": "2.5",
+        }
+    )
+    assert settings.database_replica_urls == (
+        "postgresql://u@replica-1/shop",
+        "postgres://u@replica-2/shop",
+    )
+    assert settings.database_replica_max_lag_seconds == 2.5
+    empty = {"DATABASE_URL": "postgresql://u@primary/shop", "DATABASE_REPLICA_URLS": ""}
+    assert Settings.from_env(empty).database_replica_urls == ()
+
+
+PRIMARY = {"DATABASE_URL": "postgresql://u@primary/shop"}
+
+
+@pytest.mark.parametrize(
+    ("name", "environ"),
+    [
+        ("DATABASE_REPLICA_URLS", {**PRIMARY, "DATABASE_REPLICA_URLS": "replica-1:5432"}),
+        ("DATABASE_REPLICA_URLS", {**PRIMARY, "DATABASE_REPLICA_URLS": "sqlite:///replica.db"}),
+        # SQLite has no replicas, and an unset DATABASE_URL is SQLite.
+        (
+            "DATABASE_REPLICA_URLS",
+            {"DATABASE_URL": "sqlite:///a.db", "DATABASE_REPLICA_URLS": "postgresql://u@r/s"},
+        ),
+        ("DATABASE_REPLICA_URLS", {"DATABASE_REPLICA_URLS": "postgresql://u@r/s"}),
+        ("DATABASE_REPLICA_MAX_LAG_SECONDS", {"DATABASE_REPLICA_MAX_LAG_SECONDS": "0"}),
+        ("DATABASE_REPLICA_MAX_LAG_SECONDS", {"DATABASE_REPLICA_MAX_LAG_SECONDS": "soon"}),
+    ],
+)
+def test_bad_replica_settings_stop_start_up_naming_the_variable(name, environ):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env(environ)

@@ -49,6 +49,14 @@ RATE_LIMIT_STORAGE_ERRORS = Counter(
     "rate_limit_storage_errors_total",
     "Requests served without a rate limit because the limit store failed (fail open).",
 )
+DATABASE_READS = Counter(
+    "database_read_requests_total",
+    "Requests that only read, by the database that answered them (replica or primary) and why: "
+    "read (a replica was used), own_writes (the caller's latest write is not replayed yet), "
+    "no_replica (every replica down or lagging), wrote (the request wrote after all), "
+    "failed_over (its replica failed during it) or marks_unavailable (Redis did not answer).",
+    ["database", "reason"],
+)
 ALERT_WEBHOOK_ERRORS = Counter(
     "alert_webhook_errors_total",
     "Alerts that could not be posted to ALERT_WEBHOOK_URL, or were dropped with the queue full.",

@@ -119,6 +119,28 @@ def live_server(database_url: str, **env):
 
 
 @contextlib.contextmanager
+def live_servers(count: int, database_url: str, **env):
+    """`count` servers as `live_server` starts them, started side by side (a start is mostly
+    imports: on a busy machine, seconds each); their base URLs."""
+    ports = [free_port() for _ in range(count)]
+    processes = [
+        subprocess.Popen(
+            [*uvicorn_command(port), "--log-level", "warning"],
+            cwd=ROOT,
+            env=_server_env(database_url, env),
+        )
+        for port in ports
+    ]
+    with contextlib.ExitStack() as stack:
+        for process in processes:
+            stack.callback(process.wait, timeout=30)
+            stack.callback(process.terminate)
+        yield [
+            stack.enter_context(_serving(p, port)) for p, port in zip(processes, ports, strict=True)
+        ]
+
+
+@contextlib.contextmanager
 def production_server(database_url: str, **env):
     """gunicorn with uvicorn workers as `make serve-prod` runs it (ops/gunicorn.conf.py); its
     base URL. `env` may set WEB_CONCURRENCY and the rest of that file's settings; a variable

@@ -1,0 +1,98 @@
+"""Where each caller's latest write left the primary's WAL, kept as long as a replica may take to
+replay it: in this process, or in the rate limits' Redis so that every worker and host knows.
+Why by WAL position: docs/database.md."""
+
+import logging
+import time
+
+import redis.asyncio
+import redis.exceptions
+
+log = logging.getLogger("shopapi.database")
+
+# Callers whose write this process remembers; beyond this many the expired ones are dropped,
+# then the oldest (those callers' next reads go to the primary, which is never wrong).
+MAX_CALLERS_KNOWN = 100_000
+# Redis must answer within this; after a failure it is left alone this long.
+REDIS_TIMEOUT = 0.25
+RETRY_STORAGE_AFTER = 1.0
+# Keeps the highest position: two hosts noting one caller's writes may finish in any order.
+_NOTE_HIGHEST = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) > current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+"""
+
+
+class MarksUnavailable(Exception):
+    """The store did not answer: whether the caller wrote is unknown."""
+
+
+class MemoryMarks:
+    def __init__(self, keep_seconds: float):
+        self.keep_seconds = keep_seconds
+        self._marks: dict[str, tuple[int, float]] = {}  # caller -> (position, expiry)
+
+    async def written_at(self, caller: str) -> int | None:
+        mark = self._marks.get(caller)
+        if mark is None or mark[1] < time.monotonic():
+            return None
+        return mark[0]
+
+    async def note(self, caller: str, position: int) -> None:
+        now = time.monotonic()
+        if caller not in self._marks and len(self._marks) >= MAX_CALLERS_KNOWN:
+            self._marks = {c: m for c, m in self._marks.items() if m[1] >= now}
+            for oldest in list(self._marks)[: max(0, len(self._marks) - MAX_CALLERS_KNOWN // 2)]:
+                del self._marks[oldest]
+        previous = self._marks.pop(caller, (-1, 0.0))[0]
+        self._marks[caller] = (max(previous, position), now + self.keep_seconds)
+
+
+class RedisMarks:
+    def __init__(self, uri: str, keep_seconds: float):
+        # The limits engine's redis+unix:// is redis-py's unix://.
+        self.redis = redis.asyncio.Redis.from_url(
+            uri.replace("redis+unix://", "unix://", 1),
+            socket_timeout=REDIS_TIMEOUT,
+            socket_connect_timeout=REDIS_TIMEOUT,
+            retry_on_error=[],
+            retry=None,
+        )
+        self.keep_ms = int(keep_seconds * 1000)
+        self._note_highest = self.redis.register_script(_NOTE_HIGHEST)
+        self._unavailable_until = 0.0
+
+    async def written_at(self, caller: str) -> int | None:
+        if time.monotonic() < self._unavailable_until:
+            raise MarksUnavailable
+        try:
+            value = await self.redis.get(f"shopapi:written-at:{caller}")
+        except redis.exceptions.RedisError as error:
+            self._failed(error)
+            raise MarksUnavailable from None
+        return None if value is None else int(value)
+
+    async def note(self, caller: str, position: int) -> None:
+        try:
+            await self._note_highest(
+                keys=[f"shopapi:written-at:{caller}"], args=[position, self.keep_ms]
+            )
+        except redis.exceptions.RedisError as error:
+            self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        # Until it answers again every read goes to the primary: a write noted nowhere must
+        # not be missed by its caller's next read.
+        self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
+        log.warning("write marks' Redis unavailable, reads go to the primary: %s", error)
+
+
+def write_marks(storage_uri: str, keep_seconds: float) -> MemoryMarks | RedisMarks:
+    """The marks in RATELIMIT_STORAGE_URI's store (memory://, or Redis)."""
+    if storage_uri.startswith("memory"):
+        return MemoryMarks(keep_seconds)
+    return RedisMarks(storage_uri, keep_seconds)
