@@ -83,6 +83,7 @@ def main() -> int:
     if reason or shutil.which("wrk") is None:
         raise SystemExit(f"cannot run: {reason or 'wrk is not installed (Debian: wrk)'}")
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     seed(URL)
     reset(URL)
     secrets_env, tokens = server_secrets()
@@ -109,17 +110,18 @@ def main() -> int:
         "summary": summary,
         "rounds": runs,
         "seconds": time.monotonic() - started,
+        "load_average": {"before": load_before, "after": os.getloadavg()[0]},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale-out.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    report = markdown(summary)
+    report = markdown(summary, results["load_average"])
     (RESULTS / "scale-out.md").write_text(report)
     print("\n" + report)
     errors = sum(run["errors"] for run in summary.values())
     return 1 if errors else 0
 
 
-def markdown(summary: dict) -> str:
+def markdown(summary: dict, load_average: dict) -> str:
     one = summary[1]["throughput"]
     lines = [
         "# Scale-out behind HAProxy (`make bench-hosts`)",
@@ -128,6 +130,13 @@ def markdown(summary: dict) -> str:
         "with PostgreSQL, Redis, HAProxy and wrk). The mix through the balancer, each host a "
         "network namespace running `make serve-prod` with one worker; medians of interleaved "
         f"{ROUND_SECONDS} s rounds. App CPU counts every host and HAProxy.",
+        "",
+        f"The machine's load average was {load_average['before']:.1f} before the run and "
+        f"{load_average['after']:.1f} after it. One host is one worker, at most one core; on two "
+        "cores shared with PostgreSQL and wrk a second host can add at most what the first "
+        "left idle, and a third nothing. Beside other work (a load average above the cores), "
+        "more hosts win a larger share of the CPU from it: that share, not capacity, is what "
+        "they add then. On hosts of their own, each brings its cores.",
         "",
         "| hosts | req/s | vs one host | added by the last host | p50 ms | p99 ms | app CPU-ms/req "
         "| PostgreSQL CPU-ms/req | errors |",

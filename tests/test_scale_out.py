@@ -6,6 +6,7 @@ its Idempotency-Key gets it created once."""
 
 import concurrent.futures
 import contextlib
+import itertools
 import os
 import signal
 import threading
@@ -129,7 +130,7 @@ class Load:
 
     def _client(self, n: int) -> None:
         with httpx.Client(base_url=self.base, headers=bearer(), timeout=60) as api:
-            for i in range(10**9):
+            for i in itertools.count():
                 if self._stop.is_set():
                     return
                 started = time.monotonic()
