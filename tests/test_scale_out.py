@@ -113,6 +113,7 @@ class Load:
     def __init__(self, base: str, order: tuple[int, int] | None = None):
         self.base, self.order = base, order
         self.results: list[tuple[float, float, str, int | str]] = []
+        self.resent: list[float] = []
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._client, args=(n,)) for n in range(LOAD_THREADS)
@@ -139,10 +140,20 @@ class Load:
                     if what == "order":
                         status = _order(api, str(uuid.uuid4()), *self.order).status_code
                     else:
-                        status = api.get("/v1/products?per_page=5").status_code
+                        status = self._list(api, started)
                 except httpx.TransportError as error:
                     status = f"{type(error).__name__}: {error}"
                 self.results.append((started, time.monotonic(), what, status))
+
+    def _list(self, api: httpx.Client, started: float) -> int:
+        # A kept-alive connection the balancer closed just as this request went out ends with
+        # no answer: a GET is sent once more, as RFC 9112 (9.3.1) allows and browsers do. Noted
+        # in `resent`; an order is never sent twice.
+        try:
+            return api.get("/v1/products?per_page=5").status_code
+        except httpx.RemoteProtocolError:
+            self.resent.append(started)
+            return api.get("/v1/products?per_page=5").status_code
 
     @property
     def failures(self) -> list:
@@ -198,6 +209,7 @@ def test_a_rolling_restart_under_load_fails_no_request(hosts, api):
             hosts.wait_for_state(name, "UP")
             load.wait_for_more(10)
     assert load.failures == []
+    assert load.resent == []
     assert {what for _, _, what, _ in load.results} == {"list", "order"}
 
 
@@ -268,7 +280,7 @@ def test_a_killed_host_fails_only_what_it_was_serving(hosts, api, database_url):
         answers = {key: _outcome(future) for key, future in held.items()}
     # Of the background load, only requests the victim had taken (in flight, or accepted by
     # its kernel) before it was gone failed.
-    assert len(load.failures) <= LOAD_THREADS, load.failures
+    assert len(load.failures) + len(load.resent) <= LOAD_THREADS, (load.failures, load.resent)
     assert all(started < killed_at for started, _, _, _ in load.failures), (
         killed_at,
         load.failures,
