@@ -129,7 +129,8 @@ def markdown(summary: dict, load_average: dict) -> str:
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores, shared "
         "with PostgreSQL, Redis, HAProxy and wrk). The mix through the balancer, each host a "
         "network namespace running `make serve-prod` with one worker; medians of interleaved "
-        f"{ROUND_SECONDS} s rounds. App CPU counts every host and HAProxy.",
+        f"{ROUND_SECONDS} s rounds. App CPU counts every host and HAProxy; PostgreSQL CPU every "
+        "postgres process on the machine, other work's included.",
         "",
         f"The machine's load average was {load_average['before']:.1f} before the run and "
         f"{load_average['after']:.1f} after it. One host is one worker, at most one core; on two "
