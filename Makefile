@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas \
 	profile clean \
 	contract-snapshot contract-tools
@@ -131,6 +131,14 @@ bench-replicas: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/replicas.py
+
+# make bench's scale-out mode (bench/scale_out.py, a few minutes, as root): BENCH_HOSTS app hosts in
+# network namespaces behind HAProxy, the mix through it with 1, 2, ... BENCH_HOSTS in rotation.
+BENCH_HOSTS ?= 3
+bench-hosts: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in

@@ -3,6 +3,7 @@ and the root ones), wired to the
 handlers, the database and the cross-cutting middleware. Serve it with
 `uvicorn --factory app:create_app`."""
 
+import datetime
 import logging
 import pathlib
 import warnings
@@ -44,6 +45,7 @@ from shopapi.contract.validation import validator_map
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
+from shopapi.pipeline.draining import Drain
 from shopapi.pipeline.exact_paths import (
     ExactRoutingMiddleware,
     ExactSwaggerUIMiddleware,
@@ -97,12 +99,15 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     contract_documents = served.documents(api_specs)
     api_specs = [security.with_api_key_scopes(spec) for spec in api_specs]
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
-    # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN.
+    # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN; the
+    # health probes (/healthz, /readyz) nothing.
     root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
     use(open_database(settings.database_url, settings.database_pool_size))
+    drain = Drain(settings.drain_seconds)
 
     app = connexion.FlaskApp(
         __name__,
+        lifespan=drain.lifespan,
         specification_dir=SPEC_DIR,
         middlewares=pipeline(settings, api_specs, root_specs, contract_documents),
         jsonifier=CompactJsonifier(),
@@ -131,6 +136,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     problems.register(app, api_specs)
     app.app.teardown_request(close_connection)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret
+    app.app.extensions["shopapi.drain"] = drain
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
     app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
     app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
@@ -157,6 +163,14 @@ def pipeline(
     failed_auth_limit = api_specs[0].get("x-rate-limit-failed-auth")
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
     unversioned = tuple(op.route for spec in root_specs for op in operations_of(spec))
+    # The operations a balancer polls (`x-probe`): apart in the request log and the metrics.
+    probes = frozenset(
+        operation["operationId"]
+        for spec in root_specs
+        for item in spec["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and operation.get("x-probe")
+    )
     layers = [
         # Connexion's last resort: a plain 500 for what escapes every layer below.
         ServerErrorMiddleware,
@@ -173,7 +187,13 @@ def pipeline(
             validator=is_sane_request_id,
         ),
         # Every response measured once with its final status: metrics, log line, slow alerts.
-        partial(ObservabilityMiddleware, slow_request_ms=settings.slow_request_ms, alerts=alerts),
+        # Health probes apart: a 2xx one neither logged nor counted as a request.
+        partial(
+            ObservabilityMiddleware,
+            slow_request_ms=settings.slow_request_ms,
+            alerts=alerts,
+            probes=probes,
+        ),
         # RateLimit-* headers on every response, the 429s and errors made below included.
         RateLimitHeadersMiddleware,
         # CORS on every response, errors included; preflights answered here (if configured).
@@ -225,6 +245,7 @@ def pipeline(
             IdempotencyMiddleware,
             secret=settings.cursor_secret,
             error_handlers=problems.handlers(api_specs),
+            lease=datetime.timedelta(seconds=settings.idempotency_lease_seconds),
         ),
         # Connexion's: the request's context (connexion.context) for the handler.
         ContextMiddleware,

@@ -108,6 +108,8 @@ def write_clients(path: pathlib.Path, tokens: AccessTokens) -> None:
 class Server:
     """A server process group started for the benchmark, stopped with SIGTERM."""
 
+    host = "127.0.0.1"
+
     def __init__(self, name: str, argv: list[str], env: dict, port: int, log_dir: pathlib.Path):
         self.name, self.port = name, port
         self.log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 (closed in stop)
@@ -183,9 +185,9 @@ def wrk(
         "BENCH_DATA": str(data),
         "BENCH_MIX": mix,
         "BENCH_RATE": str(rate / THREADS),
-        "BENCH_ADDRS": ",".join(f"127.0.0.1:{server.port}" for server in servers),
+        "BENCH_ADDRS": ",".join(f"{server.host}:{server.port}" for server in servers),
     }
-    url = f"http://127.0.0.1:{servers[0].port}"
+    url = f"http://{servers[0].host}:{servers[0].port}"
     argv = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/mix.lua", url]
     app_before = sum(server.cpu_seconds() for server in servers)
     database_before = cpu.program_seconds("postgres")

@@ -17,7 +17,7 @@ import secrets
 import shutil
 import tempfile
 
-from shopapi.settings import generated_secrets
+from shopapi.settings import Settings, generated_secrets
 
 log = logging.getLogger("gunicorn.error")
 
@@ -30,6 +30,10 @@ worker_class = "shopapi.pipeline.http_server.UvicornWorker"
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.
 keepalive = 5
+# On SIGTERM each worker drains first (DRAIN_SECONDS serving with /readyz at 503,
+# shopapi/pipeline/draining.py), then finishes what is in flight: the master waits that long and
+# 30 s more (gunicorn's default) before it kills a worker.
+graceful_timeout = Settings.from_env(warn_of_generated_secrets=False).drain_seconds + 30
 # The app writes its own request log (JSON on stdout); gunicorn's would repeat it.
 accesslog = None
 # The app reads X-Forwarded-For itself, believing only the proxies FORWARDED_ALLOW_IPS names

@@ -255,6 +255,12 @@ class Settings:
     webhook_poll_seconds: float = _setting("WEBHOOK_POLL_SECONDS", _positive_number, 1.0)
     # Deliveries a worker process makes at once (one such process on SQLite: one writer).
     webhook_worker_threads: int = _setting("WEBHOOK_WORKER_THREADS", _integer(1, 64), 4)
+    # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
+    # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
+    drain_seconds: int = _setting("DRAIN_SECONDS", _integer(0, 600), 5)
+    # An Idempotency-Key claimed by a request that never answered (its server died) is taken
+    # over by a retry after this long; a request running longer could run twice.
+    idempotency_lease_seconds: int = _setting("IDEMPOTENCY_LEASE_SECONDS", _integer(1, 86400), 300)
     # Where mobile push notifications go: `log` (a JSON line each) or `none`.
     push_transport: str = _setting("PUSH_TRANSPORT", _one_of("log", "none"), "log")
 

@@ -11,7 +11,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 
 import orjson
 import pytest
@@ -19,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
-from support.helpers import bearer, create_product, create_user, place_order
+from support.helpers import bearer, create_product, create_user, place_order, wait_for
 from support.receiver import Drip, Hold, Receiver, in_turn
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
@@ -117,24 +116,6 @@ def start_worker(app, database_url, tmp_path):
     for worker in started:
         if worker.process.returncode is None:
             assert worker.stop() == 0, worker.log_path.read_text()
-
-
-# How long a wait may take before it is a failure: generous, because a worker that has just
-# started still imports everything, for many seconds on a busy machine; it is waited for, not
-# slept through, so a healthy run takes what the work takes.
-WAIT_SECONDS = 120
-
-
-def wait_for(condition, what: str):
-    """Poll `condition` until it returns something true; return it."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {WAIT_SECONDS} s for {what}")
-        time.sleep(0.02)
 
 
 def _settled(delivery_id: int, status: str = "delivered") -> Delivery:

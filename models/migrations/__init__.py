@@ -54,6 +54,20 @@ def migrate(db: peewee.Database) -> list[str]:
         return applied
 
 
+def pending(db: peewee.Database) -> list[str]:
+    """The migrations not applied to `db` yet, in order, found in one query (all of them when
+    nothing was ever migrated)."""
+    try:
+        applied = {name for (name,) in db.execute_sql("SELECT name FROM schema_migrations")}
+    except (peewee.ProgrammingError, peewee.OperationalError) as error:
+        # PostgreSQL's undefined table is a ProgrammingError, SQLite's an OperationalError
+        # (like its other failures, hence the message).
+        if isinstance(error, peewee.OperationalError) and "no such table" not in str(error):
+            raise
+        return _migration_names()
+    return [name for name in _migration_names() if name not in applied]
+
+
 @contextlib.contextmanager
 def _sqlite_foreign_keys_off(db: peewee.Database):
     if not isinstance(db, peewee.SqliteDatabase):

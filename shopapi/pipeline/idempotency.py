@@ -28,7 +28,8 @@ REPLAYED = (b"idempotent-replayed", b"true")
 # How long a key and its answer are kept: long enough for any client's retries.
 LIFETIME = datetime.timedelta(hours=24)
 # A claim still unanswered after this long belongs to a worker that died: a retry of the same
-# request runs it again. Far beyond any request's own timeouts (docs/pipeline.md).
+# request runs it again. Far beyond any request's own timeouts (docs/pipeline.md). The default
+# of IDEMPOTENCY_LEASE_SECONDS.
 LEASE = datetime.timedelta(minutes=5)
 # Seconds a retry of a request still running should wait: requests take milliseconds.
 IN_FLIGHT_RETRY_AFTER = 1
@@ -94,8 +95,10 @@ class IdempotencyMiddleware:
         app: ASGIApp,
         secret: bytes,
         error_handlers: Mapping[type[Exception], Callable],
+        lease: datetime.timedelta = LEASE,
     ):
         self.app = app
+        self.lease = lease
         self.fingerprint_key = fingerprint_key(secret)
         self.answering = ExceptionMiddleware(app)
         for exception, handler in error_handlers.items():
@@ -113,7 +116,7 @@ class IdempotencyMiddleware:
             self.fingerprint_key, scope["method"], scope["path"], scope["query_string"], body
         )
         token, held = await _in_database(
-            IdempotencyKey.claim, caller, key, request, LEASE, LIFETIME
+            IdempotencyKey.claim, caller, key, request, self.lease, LIFETIME
         )
         if token is None:
             if held.fingerprint != request:

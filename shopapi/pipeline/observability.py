@@ -26,10 +26,13 @@ class ObservabilityMiddleware:
         app: ASGIApp,
         slow_request_ms: int,
         alerts: AlertWebhook | None = None,
+        probes: frozenset[str] = frozenset(),
     ):
         self.app = app
         self.slow_request_ms = slow_request_ms
         self.alerts = alerts
+        # The operations a balancer polls (every second): counted apart, logged when they fail.
+        self.probes = probes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,6 +61,13 @@ class ObservabilityMiddleware:
         routed = operation_of(scope)
         operation = routed.id if routed else _unrouted(scope)
         method = scope["method"]
+        if operation in self.probes:
+            metrics.PROBES.labels(operation, status).inc()
+            if status < 400:
+                return
+            fields = _log_fields(scope, path, operation, routed.route, status, seconds)
+            log.info("request", extra={"fields": fields})
+            return
         metrics.REQUESTS.labels(operation, method, status).inc()
         metrics.DURATION.labels(operation, method, status).observe(seconds)
         fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)

@@ -57,6 +57,13 @@ DATABASE_READS = Counter(
     "failed_over (its replica failed during it) or marks_unavailable (Redis did not answer).",
     ["database", "reason"],
 )
+# Apart from http_requests_total: a balancer polls every second, and its probes (503 while
+# an instance drains) are not the API's traffic nor its errors (spec/health.yaml).
+PROBES = Counter(
+    "http_probes_total",
+    "Health probes answered (/healthz, /readyz), by operation and status.",
+    ["operation", "status"],
+)
 ALERT_WEBHOOK_ERRORS = Counter(
     "alert_webhook_errors_total",
     "Alerts that could not be posted to ALERT_WEBHOOK_URL, or were dropped with the queue full.",

@@ -89,3 +89,21 @@ def assert_problem(response, status: int):
     assert body["request_id"] == response.headers["x-request-id"]
     assert "Traceback" not in response.text
     return body
+
+
+# How long a wait may take before it is a failure: generous, because a worker that has just
+# started still imports everything, for many seconds on a busy machine; it is waited for, not
+# slept through, so a healthy run takes what the work takes.
+WAIT_SECONDS = 120
+
+
+def wait_for(condition, what: str):
+    """Poll `condition` until it returns something true; return it."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT_SECONDS} s for {what}")
+        time.sleep(0.02)

@@ -72,6 +72,8 @@ def _server_env(database_url: str, env: dict) -> dict:
         "DATABASE_URL": database_url,
         "JWT_SECRET": JWT_SECRET,
         "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
+        # Stopped at once: the tests of draining ask for it.
+        "DRAIN_SECONDS": "0",
         **env,
     }
 
@@ -105,16 +107,31 @@ def run_module(module: str, env: dict, cwd: pathlib.Path = ROOT) -> subprocess.C
     )
 
 
-@contextlib.contextmanager
-def live_server(database_url: str, **env):
-    """uvicorn serving the app as `make serve` does; its base URL."""
-    port = free_port()
-    process = subprocess.Popen(
+def _uvicorn_process(port: int, database_url: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
         [*uvicorn_command(port), "--log-level", "warning"],
         cwd=ROOT,
         env=_server_env(database_url, env),
     )
-    with _serving(process, port) as base:
+
+
+def _gunicorn_process(port: int, database_url: str, env: dict) -> subprocess.Popen:
+    server_env = _server_env(database_url, {"BIND": f"127.0.0.1:{port}", **env})
+    server_env = {name: value for name, value in server_env.items() if value is not None}
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    return subprocess.Popen(
+        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
+        cwd=ROOT,
+        env=server_env,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+@contextlib.contextmanager
+def live_server(database_url: str, **env):
+    """uvicorn serving the app as `make serve` does; its base URL."""
+    port = free_port()
+    with _serving(_uvicorn_process(port, database_url, env), port) as base:
         yield base
 
 
@@ -146,14 +163,16 @@ def production_server(database_url: str, **env):
     base URL. `env` may set WEB_CONCURRENCY and the rest of that file's settings; a variable
     given as None is removed from the server's environment."""
     port = free_port()
-    server_env = _server_env(database_url, {"BIND": f"127.0.0.1:{port}", **env})
-    server_env = {name: value for name, value in server_env.items() if value is not None}
-    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
-    process = subprocess.Popen(
-        [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"],
-        cwd=ROOT,
-        env=server_env,
-        stdout=subprocess.DEVNULL,
-    )
-    with _serving(process, port) as base:
+    with _serving(_gunicorn_process(port, database_url, env), port) as base:
         yield base
+
+
+@contextlib.contextmanager
+def signalled_server(database_url: str, production: bool = False, **env):
+    """As live_server (production_server when `production`), for a test that signals the
+    server itself: its process and its base URL."""
+    port = free_port()
+    start = _gunicorn_process if production else _uvicorn_process
+    process = start(port, database_url, env)
+    with _serving(process, port) as base:
+        yield process, base

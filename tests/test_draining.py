@@ -1,0 +1,82 @@
+"""SIGTERM drains, under `make serve` (uvicorn) and `make serve-prod` (gunicorn): /readyz turns
+503 at once while every request is still served, new ones too, for DRAIN_SECONDS; then the
+server stops accepting and finishes what is in flight before it exits."""
+
+import concurrent.futures
+import contextlib
+import signal
+import time
+import uuid
+
+import httpx
+import psycopg2
+import pytest
+from support.helpers import bearer, wait_for
+from support.live import signalled_server
+
+pytestmark = pytest.mark.slow
+
+DRAIN_SECONDS = 2
+
+
+@contextlib.contextmanager
+def products_locked(database_url: str):
+    """Every insert into the products table waits until the block ends."""
+    connection = psycopg2.connect(database_url)
+    try:
+        connection.cursor().execute("LOCK TABLE product IN EXCLUSIVE MODE")
+        yield
+    finally:
+        connection.rollback()
+        connection.close()
+
+
+def _inserts_waiting(database_url: str) -> int:
+    with contextlib.closing(psycopg2.connect(database_url)) as connection:
+        cursor = connection.cursor()
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+def _refused(base: str) -> bool:
+    try:
+        httpx.get(f"{base}/healthz", timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("production", [False, True], ids=["uvicorn", "gunicorn"])
+def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, production):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("draining is the server's, not the database's: PostgreSQL holds the request")
+    with (
+        signalled_server(
+            database_url, production, DRAIN_SECONDS=str(DRAIN_SECONDS), WEB_CONCURRENCY="1"
+        ) as (process, base),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        new = {"sku": f"DRAIN-{uuid.uuid4().hex[:8].upper()}", "name": "Held", "price_cents": 100}
+        with products_locked(database_url):
+            held = pool.submit(
+                httpx.post, f"{base}/v1/products", json=new, headers=bearer(), timeout=120
+            )
+            wait_for(lambda: _inserts_waiting(database_url), "the insert to wait on the lock")
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 503, "/readyz to turn 503")
+            # Still serving, on new connections too, while the balancer takes notice.
+            assert httpx.get(f"{base}/healthz").status_code == 200
+            assert httpx.get(f"{base}/v1/products", headers=bearer()).status_code == 200
+            wait_for(lambda: _refused(base), "the server to stop accepting")
+            assert time.monotonic() - signalled >= DRAIN_SECONDS
+            # Not accepting, but the request in flight is still being served.
+            assert process.poll() is None
+            assert not held.done()
+        created = held.result(timeout=120)
+        assert created.status_code == 201, created.text
+        process.wait(timeout=120)
