@@ -38,10 +38,10 @@ PUBLISHED_PASSWORDS = frozenset(account["password"] for account in ACCOUNTS)
 def wanted(environ: Mapping[str, str]) -> bool:
     """Whether the demo data belongs in the database the environment names: SEED_DEMO says so
     (1/0); unset, only the demo database (no DATABASE_URL) gets it."""
-    from shopapi.settings import _boolean  # the one reading of a boolean variable
+    from shopapi.settings.parse import boolean  # the one reading of a boolean variable
 
     if environ.get("SEED_DEMO", "").strip():
-        return _boolean("SEED_DEMO", environ["SEED_DEMO"])
+        return boolean("SEED_DEMO", environ["SEED_DEMO"])
     return "DATABASE_URL" not in environ
 
 

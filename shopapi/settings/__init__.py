@@ -1,0 +1,177 @@
+"""The service's configuration, read once from the environment into one typed object.
+Each field of `Settings` is one setting: its variable, parser (shopapi/settings/parse.py), default
+and (above it) meaning."""
+
+import dataclasses
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from shopapi.settings import parse
+from shopapi.settings.parse import ConfigurationError, Parser
+
+log = logging.getLogger("shopapi.settings")
+
+__all__ = ["ConfigurationError", "Settings", "generated_secrets"]
+
+
+def _setting(variable: str, parse: Parser, default=None, *, factory=None) -> Any:
+    """A field of `Settings`, read from `variable` by `parse` when the environment sets it."""
+    metadata = {"variable": variable, "parse": parse}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _random_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the app needs to know about its environment, with defaults that work on a bare
+    machine (a SQLite file under ./data/). `from_env` reads each field's variable."""
+
+    # The database: sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://...
+    database_url: str = _setting("DATABASE_URL", parse.database_url, "sqlite:///data/shopapi.db")
+    # Hot standbys of DATABASE_URL taking the reads (postgresql:// URLs, comma-separated), and
+    # how far behind the primary one may be before it is skipped: docs/database.md.
+    database_replica_urls: tuple[str, ...] = _setting(
+        "DATABASE_REPLICA_URLS", parse.replica_urls, ()
+    )
+    database_replica_max_lag_seconds: float = _setting(
+        "DATABASE_REPLICA_MAX_LAG_SECONDS", parse.positive_number, 5.0
+    )
+    # Check every response against the contract: on in tests; it doubles a request's cost.
+    validate_responses: bool = _setting("VALIDATE_RESPONSES", parse.boolean, False)
+    # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
+    database_pool_size: int = _setting("DATABASE_POOL_SIZE", parse.integer(1, 1000), 10)
+    # The largest request body (413 beyond); not read from the environment.
+    max_body_bytes: int = 1024 * 1024
+    # Signs list cursors and keys idempotency fingerprints; a generated one suits one process.
+    cursor_secret: bytes = _setting("CURSOR_SECRET", parse.secret(16), factory=_random_secret)
+    # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
+    jwt_secret: bytes = _setting("JWT_SECRET", parse.secret(32), factory=_random_secret)
+    # An RS256 key pair (PEM files, read as text) to sign with instead: both or neither.
+    jwt_private_key: str | None = _setting("JWT_PRIVATE_KEY", parse.pem_file)
+    jwt_public_key: str | None = _setting("JWT_PUBLIC_KEY", parse.pem_file)
+    # The `iss` of our tokens, and the `aud` every accepted token carries.
+    jwt_issuer: str = _setting("JWT_ISSUER", parse.non_empty, "shopapi")
+    jwt_audience: str = _setting("JWT_AUDIENCE", parse.non_empty, "shopapi")
+    # Seconds an access token (15 minutes) and a refresh token (14 days) live.
+    access_token_ttl: int = _setting("ACCESS_TOKEN_TTL", parse.integer(30, 24 * 3600), 900)
+    refresh_token_ttl: int = _setting(
+        "REFRESH_TOKEN_TTL", parse.integer(60, 365 * 24 * 3600), 14 * 24 * 3600
+    )
+    # External authorisation servers whose tokens are accepted: issuer -> JWKS file or URL.
+    oauth_trusted_issuers: Mapping[str, str] = _setting(
+        "OAUTH_TRUSTED_ISSUERS", parse.trusted_issuers, factory=dict
+    )
+    # The first admin, created at start-up when no user has this email; both or neither.
+    admin_email: str | None = _setting("ADMIN_EMAIL", parse.text_or_none)
+    admin_password: str | None = _setting("ADMIN_PASSWORD", parse.text_or_none)
+    # Where the spec's rate limits are counted: in this process (memory://) or in a shared Redis.
+    rate_limit_storage_uri: str = _setting(
+        "RATELIMIT_STORAGE_URI", parse.url("memory", "redis", "rediss", "redis+unix"), "memory://"
+    )
+    # Multiplies every limit of the spec: load tests raise them, tests of the limits lower them.
+    rate_limit_scale: float = _setting("RATE_LIMIT_SCALE", parse.positive_number, 1.0)
+    # Browser origins allowed to call the API: none is same-origin only, "*" is any.
+    cors_origins: tuple[str, ...] = _setting("CORS_ORIGINS", parse.origins, ())
+    # Let browsers send credentials cross-origin (the Fetch standard forbids it with "*").
+    cors_allow_credentials: bool = _setting("CORS_ALLOW_CREDENTIALS", parse.boolean, False)
+    # The proxies whose X-Forwarded-For/-Proto are believed (pipeline/forwarded.py); none: the peer.
+    forwarded_allow_ips: tuple[str, ...] = _setting("FORWARDED_ALLOW_IPS", parse.proxies, ())
+    # A bearer token that reads /metrics too (otherwise it takes the `admin` scope): Prometheus.
+    metrics_token: str | None = _setting("METRICS_TOKEN", parse.token)
+    # A response slower than this is logged as a warning, counted, and alerted on.
+    slow_request_ms: int = _setting("SLOW_REQUEST_MS", parse.integer(0, 3_600_000), 500)
+    # Where slow-request alerts are posted (Alertmanager's /api/v2/alerts, or alike).
+    alert_webhook_url: str | None = _setting("ALERT_WEBHOOK_URL", parse.url("http", "https"))
+    # The version an unversioned path with a plain JSON Accept gets (the app checks it serves it).
+    default_api_version: int = _setting("API_DEFAULT_VERSION", parse.integer(1, 9999), 1)
+    # A product whose stock falls below this emits `product.low_stock`.
+    low_stock_threshold: int = _setting("LOW_STOCK_THRESHOLD", parse.integer(0, 2**31 - 1), 5)
+    # Accept webhook targets on private, loopback or link-local addresses (tests, development).
+    webhook_allow_private: bool = _setting("WEBHOOK_ALLOW_PRIVATE", parse.boolean, False)
+    # How long each delivery attempt waits for an answer.
+    webhook_timeout_seconds: float = _setting(
+        "WEBHOOK_TIMEOUT_SECONDS", parse.positive_number, 10.0
+    )
+    # A failed attempt is retried after about base x 2^(attempt - 1) s (jittered, at most 1 h).
+    webhook_retry_base_seconds: float = _setting(
+        "WEBHOOK_RETRY_BASE_SECONDS", parse.positive_number, 30.0
+    )
+    # Attempts before a delivery is failed.
+    webhook_max_attempts: int = _setting("WEBHOOK_MAX_ATTEMPTS", parse.integer(1, 100), 8)
+    # How often the worker (events/worker.py) looks for new events and due deliveries.
+    webhook_poll_seconds: float = _setting("WEBHOOK_POLL_SECONDS", parse.positive_number, 1.0)
+    # Deliveries a worker process makes at once (one such process on SQLite: one writer).
+    webhook_worker_threads: int = _setting("WEBHOOK_WORKER_THREADS", parse.integer(1, 64), 4)
+    # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
+    # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
+    drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
+    # An Idempotency-Key claimed by a request that never answered (its server died) is taken
+    # over by a retry after this long; a request running longer could run twice.
+    idempotency_lease_seconds: int = _setting(
+        "IDEMPOTENCY_LEASE_SECONDS", parse.integer(1, 86400), 300
+    )
+    # Where mobile push notifications go: `log` (a JSON line each) or `none`.
+    push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("log", "none"), "log")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] = os.environ, *, warn_of_generated_secrets: bool = True
+    ) -> "Settings":
+        """Build the settings from environment variables; a bad value raises ConfigurationError.
+        A command that signs no tokens or cursors (the migrations, the seed) passes
+        `warn_of_generated_secrets=False`: a generated secret is nothing to warn its user of."""
+        if warn_of_generated_secrets:
+            for name in generated_secrets(environ):
+                log.warning("%s is not set: using a generated one (fine for one process)", name)
+        environ = _variables_read(environ)
+        values = {}
+        for field in dataclasses.fields(cls):
+            variable = field.metadata.get("variable")
+            if variable is not None and variable in environ:
+                values[field.name] = field.metadata["parse"](variable, environ[variable])
+        _check_together(values)
+        return cls(**values)
+
+
+def generated_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The secrets `environ` leaves to be generated (each good for one process only)."""
+    generated = [] if "CURSOR_SECRET" in environ else ["CURSOR_SECRET"]
+    if not {"JWT_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+        generated.append("JWT_SECRET")
+    return generated
+
+
+def _variables_read(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """`environ` without what it does not use: an RS256 key, when given, replaces JWT_SECRET."""
+    if {"JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+        return {name: value for name, value in environ.items() if name != "JWT_SECRET"}
+    return environ
+
+
+def _check_together(values: dict) -> None:
+    """Refuse settings that are each valid but not together."""
+    if "jwt_private_key" in values or "jwt_public_key" in values:
+        for name in ("jwt_private_key", "jwt_public_key"):
+            if name not in values:
+                raise ConfigurationError(f"{name.upper()} must be set too: RS256 needs both keys")
+    if values.get("database_replica_urls") and not values.get("database_url", "").startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise ConfigurationError("DATABASE_REPLICA_URLS needs a PostgreSQL DATABASE_URL")
+    email, password = values.get("admin_email"), values.get("admin_password")
+    if (email or password) and (not email or len(password or "") < 8):
+        raise ConfigurationError(
+            "ADMIN_EMAIL and ADMIN_PASSWORD go together, the password at least 8 characters"
+        )
+    if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
+        raise ConfigurationError(
+            "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"
+        )

@@ -1,0 +1,160 @@
+"""The parsers of the settings' variables: each takes a variable's name and its value, and
+answers the setting or raises ConfigurationError naming the variable."""
+
+import ipaddress
+import json
+import pathlib
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+
+class ConfigurationError(Exception):
+    """A configuration value is unusable; the message names the variable."""
+
+
+# A parser takes a variable's name and its value, and answers the setting or raises
+# ConfigurationError naming the variable.
+Parser = Callable[[str, str], Any]
+
+
+def boolean(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigurationError(f"{name} must be a boolean (1/0, true/false), not {raw!r}")
+
+
+def integer(minimum: int, maximum: int) -> Parser:
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigurationError(f"{name} must be an integer, not {raw!r}") from None
+        if not minimum <= value <= maximum:
+            raise ConfigurationError(f"{name} must be between {minimum} and {maximum}, not {value}")
+        return value
+
+    return parse
+
+
+def positive_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0
+    if not 0 < value < 1e9:
+        raise ConfigurationError(f"{name} must be a positive number, not {raw!r}")
+    return value
+
+
+def secret(minimum_length: int) -> Parser:
+    def parse(name: str, raw: str) -> bytes:
+        if len(raw) < minimum_length:
+            raise ConfigurationError(f"{name} must be at least {minimum_length} characters long")
+        return raw.encode()
+
+    return parse
+
+
+def token(name: str, raw: str) -> str:
+    return secret(16)(name, raw).decode()
+
+
+def non_empty(name: str, raw: str) -> str:
+    if not raw.strip():
+        raise ConfigurationError(f"{name} must not be empty")
+    return raw
+
+
+def text_or_none(name: str, raw: str) -> str | None:
+    return raw or None
+
+
+def one_of(*choices: str) -> Parser:
+    def parse(name: str, raw: str) -> str:
+        if raw not in choices:
+            raise ConfigurationError(f"{name} must be {' or '.join(choices)}")
+        return raw
+
+    return parse
+
+
+def url(*schemes: str) -> Parser:
+    def parse(name: str, raw: str) -> str:
+        if urllib.parse.urlsplit(raw).scheme not in schemes or "://" not in raw:
+            raise ConfigurationError(
+                f"{name} must be a URL starting with one of {', '.join(schemes)}"
+            )
+        return raw
+
+    return parse
+
+
+def database_url(name: str, raw: str) -> str:
+    if not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ConfigurationError(
+            f"{name} must start with sqlite:/// or postgresql://, not {raw.split(':', 1)[0]!r}"
+        )
+    return raw
+
+
+def replica_urls(name: str, raw: str) -> tuple[str, ...]:
+    urls = tuple(url.strip() for url in raw.split(",") if url.strip())
+    if not all(url.startswith(("postgresql://", "postgres://")) for url in urls):
+        raise ConfigurationError(f"{name} must be comma-separated postgresql:// URLs")
+    return urls
+
+
+def pem_file(name: str, raw: str) -> str:
+    try:
+        text = pathlib.Path(raw).read_text()
+    except OSError as error:
+        raise ConfigurationError(f"{name}: cannot read {raw!r} ({error.strerror})") from None
+    if "-----BEGIN" not in text:
+        raise ConfigurationError(f"{name} must name a PEM file")
+    return text
+
+
+def trusted_issuers(name: str, raw: str) -> dict[str, str]:
+    try:
+        issuers = json.loads(raw)
+    except ValueError:
+        issuers = None
+    if not isinstance(issuers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in issuers.items()
+    ):
+        raise ConfigurationError(
+            f"{name} must be a JSON object of issuer to JWKS file or URL, such as "
+            '{"https://auth.example.com": "https://auth.example.com/jwks.json"}'
+        )
+    return issuers
+
+
+def origins(name: str, raw: str) -> tuple[str, ...]:
+    origins = tuple(o.strip().rstrip("/") for o in raw.split(",") if o.strip())
+    for origin in origins:
+        parts = urllib.parse.urlsplit(origin)
+        if origin != "*" and (
+            parts.scheme not in ("http", "https") or not parts.netloc or parts.path
+        ):
+            raise ConfigurationError(
+                f"{name} must be * or comma-separated origins such as https://shop.example.com, "
+                f"not {origin!r}"
+            )
+    return origins
+
+
+def proxies(name: str, raw: str) -> tuple[str, ...]:
+    entries = tuple(entry.strip() for entry in raw.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise ConfigurationError(
+                f"{name} must list the proxies' addresses or networks, comma-separated (such as "
+                f"10.0.0.5,10.1.0.0/16; 0.0.0.0/0,::/0 to believe anyone), not {entry!r}"
+            ) from None
+    return entries
