@@ -44,7 +44,9 @@ def _inserts_waiting(database_url: str) -> int:
 def _refused(base: str) -> bool:
     try:
         httpx.get(f"{base}/healthz", timeout=5)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.RemoteProtocolError):
+        # Refused, or taken from the listening socket's backlog as the server stopped and
+        # closed unanswered: either way no longer served.
         return True
     return False
 

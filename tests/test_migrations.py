@@ -123,7 +123,10 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(
 ):
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite makes its file itself")
-    server, _, name = database_url.rpartition("/")
+    # On the server itself: a PgBouncer that was just refused a database holds the next client
+    # of it for `server_login_retry` (3 s) before it logs in again, as long as the client's
+    # connect timeout (3 s).
+    server, _, name = direct_database_url.rpartition("/")
     missing = f"{name}_created_{uuid.uuid4().hex[:8]}"
     try:
         run = _migrate_command(f"{server}/{missing}")
@@ -132,8 +135,7 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(
         assert "m0001_initial" in run.stdout
         assert _migrate_command(f"{server}/{missing}").stdout.strip().endswith("(up to date)")
     finally:
-        # Straight to the server, and FORCE: PgBouncer keeps its server connection to the new
-        # database open, which would refuse the drop.
+        # FORCE: a connection left to the new database would refuse the drop.
         admin = open_database(direct_database_url)
         with admin.connection_context():
             admin.execute_sql(f'DROP DATABASE IF EXISTS "{missing}" WITH (FORCE)')

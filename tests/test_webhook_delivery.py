@@ -484,7 +484,10 @@ def test_two_workers_deliver_each_event_once(start_worker, database_url):
         of_resource = [event.id for event in events if event.resource_id == resource_id]
         assert [event_id for event_id in received if event_id in of_resource] == of_resource
     assert Delivery.select().where(Delivery.webhook == webhook).count() == 150
-    assert DeliveryAttempt.select().count() == 150
+    # One answered attempt each. On a busy machine an attempt may also time out unanswered (and
+    # be retried), which is the delivery's contract, not a second worker sending it.
+    answered = DeliveryAttempt.select().where(DeliveryAttempt.response_status.is_null(False))
+    assert answered.count() == 150
 
 
 # -- Where webhooks may go
