@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-ab bench-depth soak \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -110,6 +110,14 @@ bench: install-dev
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/load.py
 	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
+
+# The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
+# SOAK_MINUTES (30), a line a minute: latency, errors, the server's memory, the tables that grow.
+# SOAK_HEAP=1: one worker, its heap traced, and what grew in it (bench/results/soak-heap.md).
+soak: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/soak.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in

@@ -1,0 +1,241 @@
+"""The soak (`make soak`): the load mix at a constant rate for a long time, to tell a leak or a
+cache that fills from data that grows. A line a minute; results in bench/results/soak.{md,json}.
+
+The rate is half the mix's saturated throughput, measured first in the same run (SOAK_RATE to
+give it). Each minute is one wrk run of bench/load.py's constant-rate mix (wrk2's schedule in
+bench/mix.lua); between two, the server's resident memory is read from /proc and the growing
+tables from PostgreSQL, with what the list's COUNT(*) costs the database at that size (its heap
+fetches fall back to the table as updates clear pages' all-visible bits, until a vacuum).
+
+SOAK_HEAP=1 runs a single traced worker instead (tracemalloc, bench/heap_gunicorn.conf.py):
+its heap is snapshot every minute, and what grew between the first and the last goes to
+bench/results/soak-heap.md.
+
+    SOAK_MINUTES=10 BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench \
+        python bench/soak.py
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import cpu, heap, load  # noqa: E402
+from bench.seed import URL, reset, seed  # noqa: E402
+from models import Order, OrderItem, Product  # noqa: E402
+from models.db import database  # noqa: E402
+from models.event import Event  # noqa: E402
+from models.idempotency_key import IdempotencyKey  # noqa: E402
+from models.webhook import Delivery, DeliveryAttempt  # noqa: E402
+
+MINUTES = float(os.environ.get("SOAK_MINUTES", "30"))
+RATE = float(os.environ.get("SOAK_RATE", "0"))  # requests/s; 0: SATURATION_SHARE of saturation
+SATURATION_SHARE = 0.5
+HEAP = os.environ.get("SOAK_HEAP") == "1"
+SATURATION_ROUNDS, SATURATION_SECONDS = 2, 10
+# The tables the mix makes grow (orders, their items, their events) or rewrites (products).
+GROWING = (Product, Order, OrderItem, Event, IdempotencyKey, Delivery, DeliveryAttempt)
+LIST_COUNT_SQL = "SELECT count(*) FROM product WHERE category = 'books'"
+
+
+def resident_bytes(root: int) -> tuple[int, list[int]]:
+    """The resident memory of `root` and its descendants, summed, and each worker's (the
+    master's children). Summed RSS counts pages shared since fork once per process: compare
+    it with itself over time, not with the machine's memory."""
+    total, workers, todo = 0, [], [root]
+    while todo:
+        pid = todo.pop()
+        rss = _rss(pid)
+        total += rss
+        if pid != root:
+            workers.append(rss)
+        todo += cpu.children(pid)
+    return total, workers
+
+
+def _rss(pid: int) -> int:
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def tables() -> dict:
+    """Rows (live, dead), total size and last autovacuum of each growing table, from the
+    statistics collector (a count(*) of each would load the database the soak measures)."""
+    names = [model._meta.table_name for model in GROWING]
+    with database.connection_context():
+        rows = database.execute_sql(
+            "SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid),"
+            " last_autovacuum IS NOT NULL OR last_vacuum IS NOT NULL"
+            " FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+            (names,),
+        ).fetchall()
+    return {
+        name: {"rows": live, "dead_rows": dead, "bytes": size, "vacuumed": vacuumed}
+        for name, live, dead, size, vacuumed in rows
+    }
+
+
+def list_count_cost() -> dict:
+    """What the list's COUNT(*) (one category of products) costs the database now: its time
+    and the heap fetches of its index-only scan (0 when every page is all-visible)."""
+    with database.connection_context():
+        plan = database.execute_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {LIST_COUNT_SQL}")
+        (document,) = plan.fetchone()
+    fetches = sum(int(m) for m in re.findall(r'"Heap Fetches": (\d+)', json.dumps(document)))
+    return {"ms": document[0]["Execution Time"], "heap_fetches": fetches}
+
+
+def saturation(server: load.Server, data: pathlib.Path) -> float:
+    load.say(f"saturation: the mix unthrottled, {SATURATION_ROUNDS} rounds of {SATURATION_SECONDS} s")
+    load.wrk([server], data, "mix", load.WARM_UP_SECONDS)
+    runs = [load.wrk([server], data, "mix", SATURATION_SECONDS) for _ in range(SATURATION_ROUNDS)]
+    for run in runs:
+        load.say(load._line("  unthrottled", run))
+    return statistics.median(run["throughput"] for run in runs)
+
+
+def minute(server: load.Server, data: pathlib.Path, rate: float, number: int) -> dict:
+    run = load.wrk([server], data, "mix", 60, rate=rate)
+    rss, workers = resident_bytes(server.process.pid)
+    return {
+        "minute": number,
+        **{key: run[key] for key in ("throughput", "latency_ms", "errors", "statuses")},
+        "app_cpu_ms": run["app_cpu_ms"],
+        "database_cpu_ms": run["database_cpu_ms"],
+        "rss_bytes": rss,
+        "worker_rss_bytes": workers,
+        "tables": tables(),
+        "list_count": list_count_cost(),
+        "error_bodies": run["error_bodies"],
+    }
+
+
+def _say_minute(line: dict) -> None:
+    latency, t = line["latency_ms"], line["tables"]
+    load.say(
+        f"  {line['minute']:3d}  {line['throughput']:6.0f} req/s  p50 {latency['p50']:6.1f}  "
+        f"p99 {latency['p99']:7.1f} ms  errors {line['errors']}  "
+        f"RSS {line['rss_bytes'] / 2**20:6.1f} MiB  orders {t['order']['rows']:,}  "
+        f"events {t['event']['rows']:,}  product dead {t['product']['dead_rows']:,}  "
+        f"count {line['list_count']['ms']:.1f} ms ({line['list_count']['heap_fetches']:,} "
+        "heap fetches)"
+    )
+
+
+def machine_load() -> dict:
+    one, five, fifteen = os.getloadavg()
+    return {"cores": os.cpu_count(), "load_average": [one, five, fifteen]}
+
+
+def main() -> int:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
+    seed(URL)
+    reset(URL)
+    secrets_env, tokens = load.server_secrets()
+    started = datetime.datetime.now(datetime.UTC)
+    results: dict = {"started": started.isoformat(timespec="seconds"), "heap": HEAP}
+    results["load_before"] = machine_load()
+    with tempfile.TemporaryDirectory(prefix="shopapi-soak-") as scratch:
+        scratch = pathlib.Path(scratch)
+        data = scratch / "clients.lua"
+        load.write_clients(data, tokens)
+        if HEAP:
+            server = heap.traced_server(load.SHOPAPI_PORT, secrets_env, scratch)
+        else:
+            server = load.shopapi_server(
+                "soak", load.SHOPAPI_PORT, os.cpu_count(), secrets_env, scratch
+            )
+        try:
+            results["saturated"] = None if RATE else saturation(server, data)
+            rate = RATE or round(results["saturated"] * SATURATION_SHARE)
+            results["rate"], results["minutes"] = rate, []
+            load.say(f"soak: the mix at {rate} req/s for {MINUTES:g} minutes")
+            for number in range(1, max(1, round(MINUTES)) + 1):
+                results["minutes"].append(minute(server, data, rate, number))
+                _say_minute(results["minutes"][-1])
+                if HEAP:
+                    heap.snapshot(server, scratch, number)
+            if HEAP:
+                results["heap_growth"] = heap.growth(scratch)
+        finally:
+            server.stop()
+    results["load_after"] = machine_load()
+    name = "soak-heap" if HEAP else "soak"
+    load.RESULTS.mkdir(parents=True, exist_ok=True)
+    (load.RESULTS / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    report = markdown(results)
+    (load.RESULTS / f"{name}.md").write_text(report)
+    print("\n" + report)
+    errors = sum(line["errors"] for line in results["minutes"])
+    if errors:
+        print(f"FAILED: {errors} requests failed (see soak.json)", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def markdown(results: dict) -> str:
+    minutes = results["minutes"]
+    first, last = minutes[0], minutes[-1]
+    saturated = (
+        f"half the mix's saturated {results['saturated']:.0f} req/s, measured first"
+        if results["saturated"]
+        else "given (SOAK_RATE)"
+    )
+    lines = [
+        f"# Soak: the mix at {results['rate']:.0f} req/s for {len(minutes)} minutes",
+        "",
+        f"Started {results['started']}; rate {saturated}. Machine: "
+        f"{results['load_before']['cores']} cores, load average "
+        f"{results['load_before']['load_average'][1]:.1f} (5 min) before, "
+        f"{results['load_after']['load_average'][1]:.1f} after"
+        + (" (a single traced worker: tracemalloc)." if results["heap"] else "."),
+        "",
+        "| min | req/s | p50 ms | p99 ms | errors | app CPU-ms/req | server RSS MiB "
+        "| orders | items | events | product dead rows | list COUNT ms (heap fetches) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line in minutes:
+        latency, t = line["latency_ms"], line["tables"]
+        lines.append(
+            f"| {line['minute']} | {line['throughput']:.0f} | {latency['p50']:.1f} | "
+            f"{latency['p99']:.1f} | {line['errors']} | {line['app_cpu_ms']:.2f} | "
+            f"{line['rss_bytes'] / 2**20:.1f} | {t['order']['rows']:,} | "
+            f"{t['order_item']['rows']:,} | {t['event']['rows']:,} | "
+            f"{t['product']['dead_rows']:,} | {line['list_count']['ms']:.1f} "
+            f"({line['list_count']['heap_fetches']:,}) |"
+        )
+    growth = (last["rss_bytes"] - first["rss_bytes"]) / 2**20
+    lines += [
+        "",
+        f"- p50 {first['latency_ms']['p50']:.1f} → {last['latency_ms']['p50']:.1f} ms, p99 "
+        f"{first['latency_ms']['p99']:.1f} → {last['latency_ms']['p99']:.1f} ms (first minute "
+        "→ last).",
+        f"- Server RSS {first['rss_bytes'] / 2**20:.1f} → {last['rss_bytes'] / 2**20:.1f} MiB "
+        f"({growth:+.1f}); per worker, last minute: "
+        + ", ".join(f"{rss / 2**20:.1f}" for rss in last["worker_rss_bytes"])
+        + " MiB.",
+        f"- Errors: {sum(line['errors'] for line in minutes)}.",
+        "",
+    ]
+    if results.get("heap_growth"):
+        lines += ["What grew in the traced worker's heap, first minute → last:", ""]
+        lines += results["heap_growth"] + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())
