@@ -24,7 +24,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -99,7 +98,9 @@ def list_count_cost() -> dict:
 
 
 def saturation(server: load.Server, data: pathlib.Path) -> float:
-    load.say(f"saturation: the mix unthrottled, {SATURATION_ROUNDS} rounds of {SATURATION_SECONDS} s")
+    load.say(
+        f"saturation: the mix unthrottled, {SATURATION_ROUNDS} rounds of {SATURATION_SECONDS} s"
+    )
     load.wrk([server], data, "mix", load.WARM_UP_SECONDS)
     runs = [load.wrk([server], data, "mix", SATURATION_SECONDS) for _ in range(SATURATION_ROUNDS)]
     for run in runs:
