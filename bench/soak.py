@@ -87,14 +87,62 @@ def tables() -> dict:
     }
 
 
-def list_count_cost() -> dict:
+def list_count_cost(times: int = 5) -> dict:
     """What the list's COUNT(*) (one category of products) costs the database now: its time
-    and the heap fetches of its index-only scan (0 when every page is all-visible)."""
+    (the median of `times`, the machine being shared) and the heap fetches of its index-only
+    scan (0 when every page is all-visible)."""
+    runs = []
     with database.connection_context():
-        plan = database.execute_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {LIST_COUNT_SQL}")
-        (document,) = plan.fetchone()
-    fetches = sum(int(m) for m in re.findall(r'"Heap Fetches": (\d+)', json.dumps(document)))
-    return {"ms": document[0]["Execution Time"], "heap_fetches": fetches}
+        for _ in range(times):
+            plan = database.execute_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {LIST_COUNT_SQL}")
+            runs.append(plan.fetchone()[0])
+    fetches = sum(int(m) for m in re.findall(r'"Heap Fetches": (\d+)', json.dumps(runs[-1])))
+    return {
+        "ms": statistics.median(run[0]["Execution Time"] for run in runs),
+        "heap_fetches": fetches,
+    }
+
+
+def autovacuum_is_on() -> bool:
+    with database.connection_context():
+        return database.execute_sql("SHOW autovacuum").fetchone()[0] == "on"
+
+
+def vacuum_as_autovacuum_would() -> list[str]:
+    """With autovacuum off (a test server's setting), the soak stands in for it between two
+    minutes, as the launcher would within its naptime (a minute): each growing table whose dead
+    rows, or rows inserted since its last vacuum, passed autovacuum's threshold (the table's own
+    storage parameters, else the server's) is vacuumed. The tables vacuumed."""
+    with database.connection_context():
+        settings = dict(
+            database.execute_sql(
+                "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum_vacuum_%'"
+            ).fetchall()
+        )
+        rows = database.execute_sql(
+            "SELECT s.relname, s.n_dead_tup, s.n_ins_since_vacuum, c.reltuples, c.reloptions"
+            " FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+            " WHERE s.relname = ANY(%s)",
+            ([model._meta.table_name for model in GROWING],),
+        ).fetchall()
+        vacuumed = []
+        for name, dead, inserted, tuples, options in rows:
+            own = dict(option.split("=", 1) for option in options or [])
+
+            def setting(key, own=own):
+                return float(own.get(key, settings[key]))
+
+            rows_now = max(tuples, 0)
+            dead_limit = setting("autovacuum_vacuum_threshold") + rows_now * setting(
+                "autovacuum_vacuum_scale_factor"
+            )
+            insert_limit = setting("autovacuum_vacuum_insert_threshold") + rows_now * setting(
+                "autovacuum_vacuum_insert_scale_factor"
+            )
+            if dead > dead_limit or inserted > insert_limit:
+                database.execute_sql(f'VACUUM "{name}"')
+                vacuumed.append(name)
+    return vacuumed
 
 
 def saturation(server: load.Server, data: pathlib.Path) -> float:
@@ -108,18 +156,23 @@ def saturation(server: load.Server, data: pathlib.Path) -> float:
     return statistics.median(run["throughput"] for run in runs)
 
 
-def minute(server: load.Server, data: pathlib.Path, rate: float, number: int) -> dict:
+def minute(
+    server: load.Server, data: pathlib.Path, rate: float, number: int, stand_in: bool
+) -> dict:
     run = load.wrk([server], data, "mix", 60, rate=rate)
     rss, workers = resident_bytes(server.process.pid)
+    tables_now, count_now = tables(), list_count_cost()
     return {
         "minute": number,
         **{key: run[key] for key in ("throughput", "latency_ms", "errors", "statuses")},
         "app_cpu_ms": run["app_cpu_ms"],
         "database_cpu_ms": run["database_cpu_ms"],
+        "load_average": os.getloadavg()[0],
         "rss_bytes": rss,
         "worker_rss_bytes": workers,
-        "tables": tables(),
-        "list_count": list_count_cost(),
+        "tables": tables_now,
+        "list_count": count_now,
+        "vacuumed": vacuum_as_autovacuum_would() if stand_in else [],
         "error_bodies": run["error_bodies"],
     }
 
@@ -128,11 +181,11 @@ def _say_minute(line: dict) -> None:
     latency, t = line["latency_ms"], line["tables"]
     load.say(
         f"  {line['minute']:3d}  {line['throughput']:6.0f} req/s  p50 {latency['p50']:6.1f}  "
-        f"p99 {latency['p99']:7.1f} ms  errors {line['errors']}  "
+        f"p99 {latency['p99']:7.1f} ms  errors {line['errors']}  load {line['load_average']:4.1f}  "
         f"RSS {line['rss_bytes'] / 2**20:6.1f} MiB  orders {t['order']['rows']:,}  "
         f"events {t['event']['rows']:,}  product dead {t['product']['dead_rows']:,}  "
         f"count {line['list_count']['ms']:.1f} ms ({line['list_count']['heap_fetches']:,} "
-        "heap fetches)"
+        f"heap fetches)  vacuumed {','.join(line['vacuumed']) or '-'}"
     )
 
 
@@ -164,9 +217,11 @@ def main() -> int:
             results["saturated"] = None if RATE else saturation(server, data)
             rate = RATE or round(results["saturated"] * SATURATION_SHARE)
             results["rate"], results["minutes"] = rate, []
+            results["autovacuum"] = autovacuum_is_on()
             load.say(f"soak: the mix at {rate} req/s for {MINUTES:g} minutes")
             for number in range(1, max(1, round(MINUTES)) + 1):
-                results["minutes"].append(minute(server, data, rate, number))
+                line = minute(server, data, rate, number, not results["autovacuum"])
+                results["minutes"].append(line)
                 _say_minute(results["minutes"][-1])
                 if HEAP:
                     heap.snapshot(server, scratch, number)
@@ -202,21 +257,29 @@ def markdown(results: dict) -> str:
         f"{results['load_before']['cores']} cores, load average "
         f"{results['load_before']['load_average'][1]:.1f} (5 min) before, "
         f"{results['load_after']['load_average'][1]:.1f} after"
-        + (" (a single traced worker: tracemalloc)." if results["heap"] else "."),
+        + (" (a single traced worker: tracemalloc)." if results["heap"] else ".")
+        + (
+            ""
+            if results["autovacuum"]
+            else " This PostgreSQL runs with autovacuum off: the soak vacuums a table between "
+            "two minutes when autovacuum would have (its thresholds, the table's settings)."
+        ),
         "",
-        "| min | req/s | p50 ms | p99 ms | errors | app CPU-ms/req | server RSS MiB "
-        "| orders | items | events | product dead rows | list COUNT ms (heap fetches) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| min | load avg | req/s | p50 ms | p99 ms | errors | app CPU-ms/req | server RSS MiB "
+        "| orders | items | events | product dead rows | list COUNT ms (heap fetches) "
+        "| then vacuumed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for line in minutes:
         latency, t = line["latency_ms"], line["tables"]
         lines.append(
-            f"| {line['minute']} | {line['throughput']:.0f} | {latency['p50']:.1f} | "
+            f"| {line['minute']} | {line['load_average']:.1f} | {line['throughput']:.0f} | "
+            f"{latency['p50']:.1f} | "
             f"{latency['p99']:.1f} | {line['errors']} | {line['app_cpu_ms']:.2f} | "
             f"{line['rss_bytes'] / 2**20:.1f} | {t['order']['rows']:,} | "
             f"{t['order_item']['rows']:,} | {t['event']['rows']:,} | "
             f"{t['product']['dead_rows']:,} | {line['list_count']['ms']:.1f} "
-            f"({line['list_count']['heap_fetches']:,}) |"
+            f"({line['list_count']['heap_fetches']:,}) | {', '.join(line['vacuumed']) or '-'} |"
         )
     growth = (last["rss_bytes"] - first["rss_bytes"]) / 2**20
     lines += [
