@@ -70,6 +70,12 @@ def _rss(pid: int) -> int:
     return int(match.group(1)) * 1024 if match else 0
 
 
+def metrics_bytes(log_dir: pathlib.Path) -> int:
+    """The size of the server's multiprocess metrics files (a file per worker and metric type,
+    growing with the label sets seen)."""
+    return sum(path.stat().st_size for path in log_dir.glob("*-metrics-*/*.db"))
+
+
 def tables() -> dict:
     """Rows (live, dead), total size and last autovacuum of each growing table, from the
     statistics collector (a count(*) of each would load the database the soak measures)."""
@@ -159,6 +165,7 @@ def saturation(server: load.Server, data: pathlib.Path) -> float:
 def minute(
     server: load.Server, data: pathlib.Path, rate: float, number: int, stand_in: bool
 ) -> dict:
+    """One minute of the mix at `rate`, then the readings."""
     run = load.wrk([server], data, "mix", 60, rate=rate)
     rss, workers = resident_bytes(server.process.pid)
     tables_now, count_now = tables(), list_count_cost()
@@ -169,6 +176,7 @@ def minute(
         "database_cpu_ms": run["database_cpu_ms"],
         "load_average": os.getloadavg()[0],
         "rss_bytes": rss,
+        "metrics_bytes": metrics_bytes(data.parent),
         "worker_rss_bytes": workers,
         "tables": tables_now,
         "list_count": count_now,
@@ -282,6 +290,7 @@ def markdown(results: dict) -> str:
             f"({line['list_count']['heap_fetches']:,}) | {', '.join(line['vacuumed']) or '-'} |"
         )
     growth = (last["rss_bytes"] - first["rss_bytes"]) / 2**20
+    metrics_kib = [line.get("metrics_bytes", 0) / 1024 for line in (first, last)]
     lines += [
         "",
         f"- p50 {first['latency_ms']['p50']:.1f} → {last['latency_ms']['p50']:.1f} ms, p99 "
@@ -291,6 +300,7 @@ def markdown(results: dict) -> str:
         f"({growth:+.1f}); per worker, last minute: "
         + ", ".join(f"{rss / 2**20:.1f}" for rss in last["worker_rss_bytes"])
         + " MiB.",
+        f"- Multiprocess metrics files: {metrics_kib[0]:,.0f} → {metrics_kib[1]:,.0f} KiB.",
         f"- Errors: {sum(line['errors'] for line in minutes)}.",
         "",
     ]
