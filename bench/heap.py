@@ -1,5 +1,5 @@
 """What grows in a worker's heap under load (bench/soak.py's SOAK_HEAP=1): a single production
-worker traced with tracemalloc (bench/heap_gunicorn.conf.py), snapshots on request, and the
+worker traced with tracemalloc (bench/heap_conf.py), snapshots on request, and the
 allocation sites that grew most between the first snapshot and the last."""
 
 import os
@@ -28,7 +28,7 @@ def traced_server(port: int, secrets_env: dict, log_dir: pathlib.Path) -> load.S
         "SOAK_HEAP_DIR": str(heap_dir),
     }
     env.pop("RATE_LIMIT_SCALE", None)
-    argv = [str(load.BIN / "gunicorn"), "-c", "bench/heap_gunicorn.conf.py", "app:create_app()"]
+    argv = [str(load.BIN / "gunicorn"), "-c", "bench/heap_conf.py", "app:create_app()"]
     return load.Server("traced", argv, env, port, log_dir)
 
 

@@ -7,7 +7,7 @@ bench/mix.lua); between two, the server's resident memory is read from /proc and
 tables from PostgreSQL, with what the list's COUNT(*) costs the database at that size (its heap
 fetches fall back to the table as updates clear pages' all-visible bits, until a vacuum).
 
-SOAK_HEAP=1 runs a single traced worker instead (tracemalloc, bench/heap_gunicorn.conf.py):
+SOAK_HEAP=1 runs a single traced worker instead (tracemalloc, bench/heap_conf.py):
 its heap is snapshot every minute, and what grew between the first and the last goes to
 bench/results/soak-heap.md.
 
@@ -122,7 +122,7 @@ def vacuum_as_autovacuum_would() -> list[str]:
     with database.connection_context():
         settings = dict(
             database.execute_sql(
-                "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum_vacuum_%'"
+                "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum_vacuum_%%'"
             ).fetchall()
         )
         rows = database.execute_sql(
