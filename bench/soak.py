@@ -291,6 +291,9 @@ def markdown(results: dict) -> str:
         )
     growth = (last["rss_bytes"] - first["rss_bytes"]) / 2**20
     metrics_kib = [line.get("metrics_bytes", 0) / 1024 for line in (first, last)]
+    answered_errors = sum(
+        n for line in minutes for status, n in line["statuses"].items() if int(status) >= 400
+    )
     lines += [
         "",
         f"- p50 {first['latency_ms']['p50']:.1f} → {last['latency_ms']['p50']:.1f} ms, p99 "
@@ -301,7 +304,9 @@ def markdown(results: dict) -> str:
         + ", ".join(f"{rss / 2**20:.1f}" for rss in last["worker_rss_bytes"])
         + " MiB.",
         f"- Multiprocess metrics files: {metrics_kib[0]:,.0f} → {metrics_kib[1]:,.0f} KiB.",
-        f"- Errors: {sum(line['errors'] for line in minutes)}.",
+        f"- Errors: {sum(line['errors'] for line in minutes)}, of which {answered_errors}"
+        " answered with an error status; the rest are wrk's (a socket error, or no answer "
+        "within its 2 s timeout).",
         "",
     ]
     if results.get("heap_growth"):
