@@ -20,12 +20,13 @@ log = logging.getLogger("shopapi.rate_limits")
 RETRY_STORAGE_AFTER = 1.0
 # Redis must answer within this, or the request goes on without a limit.
 REDIS_TIMEOUT = 0.25
-# The window ends this process remembers (one per limit and caller, about 200 bytes each) are
-# there to spare a storage call per hit. The ended ones are dropped once a minute, so the cache
-# holds the callers of about the last window, not every caller since start-up: the soak's 10,000
-# users each hitting four limits grew it to 40,000 entries (9 MB a worker) before this. Many
-# callers within one window fill it to at most MAX_WINDOWS_KNOWN (about 20 MB); past that it
-# starts over, and each caller's next hit costs one more storage call.
+# The window ends this process remembers (one per limit and caller, about 150 bytes each, from
+# a traced worker under the soak) spare a storage call per hit. The ended ones are dropped once a
+# minute, so the cache holds the callers of about the last window, not every caller since
+# start-up: the soak's 10,000 users, each hitting four limits, grew it towards 40,000 entries
+# (6 MB a worker) before this. Many callers within one window fill it to at most
+# MAX_WINDOWS_KNOWN (15 MB); past that it starts over, and each caller's next hit costs one more
+# storage call.
 MAX_WINDOWS_KNOWN = 100_000
 FORGET_ENDED_WINDOWS_EVERY = 60.0
 
