@@ -1,19 +1,6 @@
-"""The soak (`make soak`): the load mix at a constant rate for a long time, to tell a leak or a
-cache that fills from data that grows. A line a minute; results in bench/results/soak.{md,json}.
-
-The rate is half the mix's saturated throughput, measured first in the same run (SOAK_RATE to
-give it). Each minute is one wrk run of bench/load.py's constant-rate mix (wrk2's schedule in
-bench/mix.lua); between two, the server's resident memory is read from /proc and the growing
-tables from PostgreSQL, with what the list's COUNT(*) costs the database at that size (its heap
-fetches fall back to the table as updates clear pages' all-visible bits, until a vacuum).
-
-SOAK_HEAP=1 runs a single traced worker instead (tracemalloc, bench/heap_conf.py):
-its heap is snapshot every minute, and what grew between the first and the last goes to
-bench/results/soak-heap.md.
-
-    SOAK_MINUTES=10 BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench \
-        python bench/soak.py
-"""
+"""The soak (`make soak`): the mix at a constant rate (half its saturation) for SOAK_MINUTES, a
+line a minute of latency, memory, table sizes and the list COUNT's cost, to tell a leak or a cache
+filling from data growing. Results: bench/results/soak.{md,json}; README, Capacity, says more."""
 
 import datetime
 import json
