@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
-	bench-replicas \
+	bench-replicas soak \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -139,6 +139,14 @@ bench-hosts: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
+
+# The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
+# SOAK_MINUTES (30), a line a minute: latency, errors, the server's memory, the tables that grow.
+# SOAK_HEAP=1: one worker, its heap traced, and what grew in it (bench/results/soak-heap.md).
+soak: install-dev
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q wrk)
+	$(BIN)/python bench/soak.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in

@@ -65,6 +65,17 @@ class IdleCheckedPool(PooledPostgresqlDatabase):
             self._returned_at[self.conn_key(conn)] = time.monotonic()
         return reusable
 
+    @property
+    def returns_remembered(self) -> int:
+        """How many connections' last return the pool remembers: at most one per pooled one."""
+        return len(self._returned_at)
+
+    def _close_raw(self, conn):
+        # Every way Peewee closes a connection ends here: a closed one's return is forgotten, or
+        # one entry would stay per connection closed idle (after each database outage).
+        self._returned_at.pop(self.conn_key(conn), None)
+        super()._close_raw(conn)
+
     def _is_closed(self, conn):
         returned_at = self._returned_at.pop(self.conn_key(conn), None)
         recently_used = (

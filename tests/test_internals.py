@@ -62,9 +62,9 @@ def test_the_router_and_security_notes_reach_the_layers_outside(app, client):
 
 
 def test_peewees_pool_hooks_are_the_ones_the_idle_check_overrides():
-    """IdleCheckedPool overrides `_can_reuse` and `_is_closed`, keys connections with
-    `conn_key` and reads their transaction status through `_adapter`: all must still be so."""
-    for name in ("_can_reuse", "_is_closed"):
+    """IdleCheckedPool overrides `_can_reuse`, `_is_closed` and `_close_raw`, keys connections
+    with `conn_key` and reads their transaction status through `_adapter`: all must still be so."""
+    for name in ("_can_reuse", "_is_closed", "_close_raw"):
         assert list(inspect.signature(getattr(PooledPostgresqlDatabase, name)).parameters) == [
             "self",
             "conn",
@@ -136,3 +136,18 @@ def test_every_query_of_a_model_passes_through_its_database_proxy(tmp_path):
         for db in (primary, replica):
             db.close()
         use(bound)
+
+
+def test_a_connection_closed_idle_is_forgotten_by_the_idle_check(database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the pool is PostgreSQL's")
+    db = open_database(database_url, pool_size=2)
+    db.connect()
+    db.close()  # back to the pool: its return remembered
+    assert db.returns_remembered == 1
+    db.close_idle()  # as after a database outage
+    assert db.returns_remembered == 0
+    db.connect()  # a new connection, checked by Peewee as usual
+    db.execute_sql("SELECT 1")
+    db.close()
+    db.close_all()

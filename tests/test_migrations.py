@@ -20,6 +20,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0005_sqlite_ids_never_reused",
         "m0006_events_and_webhooks",
         "m0007_credential_revocation",
+        "m0008_product_vacuumed_sooner",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -48,6 +49,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0005_sqlite_ids_never_reused",),
             ("m0006_events_and_webhooks",),
             ("m0007_credential_revocation",),
+            ("m0008_product_vacuumed_sooner",),
         ]
 
 
@@ -157,3 +159,17 @@ def test_a_configuration_mistake_is_one_line_not_a_traceback(database_url, says)
     problem = [line for line in run.stderr.splitlines() if line.startswith("shopapi: ")]
     assert len(problem) == 1 and says in problem[0], run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_postgresql_vacuums_products_after_a_thousand_changes_of_100000(database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("autovacuum is PostgreSQL's")
+    db = open_database(database_url)
+    migrate(db)
+    with db.connection_context():
+        (options,) = db.execute_sql(
+            "SELECT reloptions FROM pg_class WHERE oid = 'product'::regclass"
+        ).fetchone()
+    settings = dict(option.split("=") for option in options)
+    threshold = float(settings["autovacuum_vacuum_threshold"])
+    assert threshold + 100_000 * float(settings["autovacuum_vacuum_scale_factor"]) == 1000

@@ -39,7 +39,7 @@ class _SignatureReadOnce:
     enough."""
 
     @staticmethod
-    @functools.cache
+    @functools.cache  # bounded: one entry per check function and keyword, the app's few
     def _accepts_kwarg(func, keyword: str) -> bool:
         return internals.accepts_kwarg(func, keyword)
 

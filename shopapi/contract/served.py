@@ -33,7 +33,7 @@ def _entity_tag(body: bytes) -> str:
     return '"' + base64.urlsafe_b64encode(digest).rstrip(b"=").decode() + '"'
 
 
-@functools.cache
+@functools.cache  # bounded: one entry per spec document served (v1, v2)
 def _prepared(json_body: bytes) -> tuple[Representation, Representation]:
     # Cached by content: every app a process builds from the same spec files shares the bytes.
     spec = orjson.loads(json_body)

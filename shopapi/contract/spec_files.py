@@ -18,7 +18,7 @@ def load(path: pathlib.Path) -> dict:
     return copy.deepcopy(_bundled(path))
 
 
-@functools.cache
+@functools.cache  # bounded: one entry per spec file
 def _bundled(path: pathlib.Path) -> dict:
     return _Bundle(path).spec
 

@@ -17,8 +17,10 @@ from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage,
 from shopapi.pipeline.request_facts import caller_of, client_address, operation_of
 from shopapi.telemetry import metrics
 
-# Addresses blocked after failed authentication, kept in this process; beyond this many the
-# expired ones are dropped.
+# Addresses blocked after failed authentication, kept in this process (about 300 bytes each).
+# Beyond this many the expired ones are dropped, then the oldest half of the rest: so many
+# addresses (IPv6 gives a client plenty) cannot grow it without bound. A forgotten address is
+# no longer refused before its credentials are checked, but its next failure blocks it again.
 MAX_BLOCKED_ADDRESSES = 10_000
 
 
@@ -78,6 +80,11 @@ class FailedAuthMiddleware:
         self.limit = limit
         self._blocked: dict[str, tuple[float, Usage]] = {}
 
+    @property
+    def blocked_addresses(self) -> int:
+        """How many addresses this process remembers blocking (expired blocks included)."""
+        return len(self._blocked)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not _presents_credentials(scope):
             await self.app(scope, receive, send)
@@ -126,7 +133,8 @@ class FailedAuthMiddleware:
         if usage is not None and usage.count >= self.limit.amount:
             if len(self._blocked) >= MAX_BLOCKED_ADDRESSES:
                 now = time.monotonic()
-                self._blocked = {a: b for a, b in self._blocked.items() if b[0] > now}
+                current = [(a, b) for a, b in self._blocked.items() if b[0] > now]
+                self._blocked = dict(current[max(0, len(current) - MAX_BLOCKED_ADDRESSES // 2) :])
             self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
 
 

@@ -25,6 +25,7 @@ class AlertWebhook:
         self.url = url
         self.service = service
         self._queue: queue.Queue[bytes] = queue.Queue(maxsize=100)
+        # When each operation last alerted: bounded by the contract's operations.
         self._last_sent: dict[str, float] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

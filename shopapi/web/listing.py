@@ -34,7 +34,7 @@ class Amount:
     null = False
 
 
-@functools.cache
+@functools.cache  # bounded: one entry per model
 def columns_of(model: type[peewee.Model]) -> dict:
     """What a list of `model` can be filtered and sorted by, by the name the contract gives it:
     the columns, and for each money field of the model (`money_fields`) the v2 names
@@ -74,7 +74,7 @@ def _typed(parameter: str, field, value):
         raise _bad(parameter, f"{value!r} is out of range (years 1 to 9999 in UTC)") from None
 
 
-@functools.cache
+@functools.cache  # bounded: one entry per model
 def _argument_names(model: type[peewee.Model]) -> dict[str, str]:
     """Each column's name as Connexion hands it to a handler, and the name itself."""
     return {internals.sanitized(name): name for name in columns_of(model)}

@@ -1,0 +1,123 @@
+"""Each cache a server process keeps stays within its bound whatever the clients do: the verified
+tokens, the rate limits' window ends, the addresses blocked after failed authentication. Why
+each is bounded as it is: bench/results/soak.md and the comment at each bound."""
+
+import asyncio
+import time
+
+import limits
+import pytest
+
+from shopapi.auth import tokens as token_module
+from shopapi.auth.tokens import AccessTokens
+from shopapi.pipeline import rate_limits
+from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests
+from shopapi.settings import Settings
+
+SCOPES = ["products:read"]
+
+
+def _tokens() -> AccessTokens:
+    return AccessTokens(Settings(jwt_secret=b"bounded-caches-" * 3, access_token_ttl=900))
+
+
+def test_verified_tokens_are_kept_up_to_the_bound_and_all_still_verify(monkeypatch):
+    monkeypatch.setattr(token_module, "VERIFIED_CACHE_SIZE", 50)
+    tokens = _tokens()
+    issued = [tokens.issue(f"user-{n}", SCOPES) for n in range(120)]
+    for token in issued:
+        tokens.verify(token)
+        assert tokens.remembered <= 50
+    assert tokens.remembered >= 45  # room is made a tenth at a time, not emptied
+    assert [tokens.verify(token)["sub"] for token in issued] == [f"user-{n}" for n in range(120)]
+
+
+def test_expired_tokens_leave_the_cache_before_current_ones(monkeypatch):
+    monkeypatch.setattr(token_module, "VERIFIED_CACHE_SIZE", 20)
+    tokens = _tokens()
+    leeway = token_module.EXPIRY_LEEWAY
+    # Accepted for 10 more seconds (the leeway past `exp`), plenty to verify them on a busy
+    # machine; then refused, cached or not.
+    ending_at = int(time.time()) - leeway + 10
+    ending = [tokens.issue(f"ending-{n}", SCOPES, exp=ending_at) for n in range(10)]
+    current = [tokens.issue(f"current-{n}", SCOPES) for n in range(10)]
+    for token in ending + current:
+        tokens.verify(token)
+    assert tokens.remembered == 20
+    while time.time() <= ending_at + leeway + 1:  # until the ending ones have expired
+        time.sleep(0.2)
+    tokens.verify(tokens.issue("one-more", SCOPES))
+    # The ten expired went, the ten current stayed (the oldest tenth would have taken two).
+    assert tokens.remembered == 11
+
+
+def test_rate_limit_windows_known_stay_within_the_bound():
+    counter = LimitCounter("memory://", max_windows=10)
+    per_minute = limits.parse("3/minute")
+
+    async def callers():
+        for n in range(25):
+            assert (await counter.hit(per_minute, "list_products", f"caller-{n}")).count == 1
+            assert counter.windows_known <= 10
+        # Forgetting a window's end costs a storage call, not the count: the limit still holds.
+        usages = [await counter.hit(per_minute, "list_products", "caller-0") for _ in range(3)]
+        assert [usage.exceeded for usage in usages] == [False, False, True]
+        assert 0 < usages[-1].reset_after <= 60
+
+    asyncio.run(callers())
+
+
+def test_rate_limit_windows_are_forgotten_once_they_end():
+    counter = LimitCounter("memory://", forget_ended_every=0)
+    per_second = limits.parse("5/second")
+
+    async def callers():
+        for n in range(20):
+            await counter.hit(per_second, "list_products", f"caller-{n}")
+        assert counter.windows_known == 20
+        ended_by = time.time() + 1
+        while time.time() <= ended_by:  # until every window of a second has ended
+            await asyncio.sleep(0.05)
+        await counter.hit(per_second, "list_products", "caller-new")
+        assert counter.windows_known == 1
+
+    asyncio.run(callers())
+
+
+async def _refuses_credentials(scope, receive, send):
+    await send({"type": "http.response.start", "status": 401, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _guess_from(address: str) -> dict:
+    return {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/products",
+        "client": (address, 40000),
+        "headers": [(b"authorization", b"Bearer guess")],
+        "state": {},
+    }
+
+
+def test_addresses_blocked_after_failed_authentication_stay_within_the_bound(monkeypatch):
+    monkeypatch.setattr(rate_limits, "MAX_BLOCKED_ADDRESSES", 10)
+    layer = rate_limits.FailedAuthMiddleware(
+        _refuses_credentials, counter=LimitCounter("memory://"), limit=limits.parse("1/minute")
+    )
+
+    async def noop_receive():
+        return {"type": "http.request", "body": b""}
+
+    async def discard(message):
+        pass
+
+    async def guesses():
+        for n in range(25):  # each address blocked by its first refusal
+            await layer(_guess_from(f"192.0.2.{n}"), noop_receive, discard)
+            assert layer.blocked_addresses <= 10
+        # The latest are still refused before their credentials are checked.
+        with pytest.raises(TooManyRequests):
+            await layer(_guess_from("192.0.2.24"), noop_receive, discard)
+
+    asyncio.run(guesses())
