@@ -4,6 +4,7 @@ docs/database.md."""
 
 import contextlib
 import contextvars
+import re
 
 import peewee
 
@@ -33,8 +34,13 @@ current_route: contextvars.ContextVar[Route | None] = contextvars.ContextVar(
 )
 
 
+# A SELECT, or a plan of one that does not run it (`Prefer: count=planned` asks PostgreSQL's
+# `EXPLAIN (FORMAT JSON) SELECT ...`; SQLite says `EXPLAIN QUERY PLAN`). EXPLAIN ANALYZE runs it.
+_READ = re.compile(r"\s*(EXPLAIN\s+(QUERY\s+PLAN\s+|\((?![^)]*ANALYZE)[^)]*\)\s*)?)?SELECT\b", re.I)
+
+
 def _is_read(sql: str) -> bool:
-    return sql.lstrip()[:6].upper() == "SELECT"
+    return _READ.match(sql) is not None
 
 
 class RoutingDatabase(peewee.DatabaseProxy):

@@ -119,6 +119,9 @@ def test_every_query_of_a_model_passes_through_its_database_proxy(tmp_path):
         try:
             assert [p.sku for p in Product.select()] == ["ON-REPLICA"]
             assert Product.select().count() == 1 and route.replica is replica
+            # A plan of a SELECT runs nothing: it stays a read (a planned list count).
+            database.execute_sql("EXPLAIN QUERY PLAN SELECT * FROM product")
+            assert route.replica is replica and not route.wrote
             Product.create(sku="WRITTEN", name="w", price_cents=1)
             assert route.replica is None and route.wrote
             assert {p.sku for p in Product.select()} == {"ON-PRIMARY", "WRITTEN"}
