@@ -36,7 +36,7 @@ from models.db import close_connection, database, open_database, use
 from shopapi import internals
 from shopapi.auth import security
 from shopapi.auth.tokens import AccessTokens
-from shopapi.contract import served, spec_files
+from shopapi.contract import checked_specs, served, spec_files
 from shopapi.contract.list_language import expand
 from shopapi.contract.operations import Operations, operations_of
 from shopapi.contract.resolver import HandlerResolver
@@ -124,6 +124,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),
     ]
+    internals.check_specs_with(checked_specs.check_once)
     for served_spec, docs in served_specs:
         app.add_api(
             served_spec,

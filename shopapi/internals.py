@@ -15,6 +15,23 @@ def replace_flask_bridge(app, bridge: ASGIApp) -> None:
     app._middleware_app.asgi_app = bridge
 
 
+def check_specs_with(check) -> None:
+    """Have Connexion check each spec it loads against the OpenAPI schema through
+    `check(spec, validate)`, `validate` being its own check: Connexion has no option for it, and
+    its Specification's private `_validate_spec` is where the check runs."""
+    from connexion.spec import Specification
+
+    validate = _CONNEXION_VALIDATE.setdefault("validate", Specification._validate_spec.__func__)
+    Specification._validate_spec = classmethod(
+        lambda cls, spec: check(spec, lambda checked: validate(cls, checked))
+    )
+
+
+# Connexion's own check, kept on the first replacement so that replacing it again (each app a
+# process builds) wraps the original, not the previous wrapper.
+_CONNEXION_VALIDATE: dict = {}
+
+
 def accepts_kwarg(func, keyword: str) -> bool:
     """Whether Connexion passes `keyword` to a security check function (it reads the function's
     signature to decide)."""

@@ -2,16 +2,20 @@
 it: when a release of Connexion or Peewee changes one, the test names it here rather than a
 request failing somewhere else."""
 
+import copy
 import inspect
 
 import pytest
 from connexion.apps.flask import FlaskASGIApp
+from connexion.exceptions import InvalidSpecification
+from connexion.spec import Specification
 from playhouse.pool import PooledPostgresqlDatabase
 
 from models import Product
 from models.db import database, open_database, use
 from models.routing import Route, current_route
 from shopapi import internals
+from shopapi.contract import checked_specs
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 
 
@@ -21,6 +25,32 @@ def test_flask_is_served_through_our_bridge(app, client):
     assert isinstance(app._middleware_app, FlaskASGIApp)
     assert isinstance(app._middleware_app.asgi_app, WSGIBridge)
     assert client.get("/v1/products").status_code == 200
+
+
+def test_connexion_checks_each_spec_through_check_specs_with(tmp_path, monkeypatch):
+    """Connexion's Specification runs its schema check in `_validate_spec`: through ours, each
+    spec it loads reaches the check given, and an invalid one is still refused (and, being
+    invalid, never remembered as valid)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    seen = []
+
+    def check(spec, validate):
+        seen.append(spec["info"]["title"])
+        checked_specs.check_once(spec, validate)
+
+    invalid = {"openapi": "3.0.3", "info": {"title": "broken"}, "paths": {"/x": {"get": 1}}}
+    valid = {"openapi": "3.0.3", "info": {"title": "fine", "version": "1"}, "paths": {}}
+    internals.check_specs_with(check)
+    try:
+        for _attempt in range(2):
+            with pytest.raises(InvalidSpecification):
+                Specification.load(copy.deepcopy(invalid))
+        Specification.load(copy.deepcopy(valid))
+    finally:
+        internals.check_specs_with(checked_specs.check_once)
+    assert seen == ["broken", "broken", "fine"]
+    # Only the valid contract is remembered for the machine's other processes.
+    assert len(list((tmp_path / "shopapi" / "valid-contracts").iterdir())) == 1
 
 
 def test_connexion_reads_a_security_function_signature_with_accepts_kwarg():

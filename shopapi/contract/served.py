@@ -15,13 +15,22 @@ _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class Representation:
-    """One document's bytes in one media type, plain and gzipped, each with its entity-tag."""
+    """One document's bytes in one media type, plain and gzipped, each with its entity-tag; made
+    when first asked for, so that a start-up does not dump YAML that nobody may ask for."""
 
-    def __init__(self, body: bytes, media_type: str):
+    def __init__(self, make_body, media_type: str):
+        self._make_body = make_body
         self.media_type = media_type
-        self.plain = (body, _entity_tag(body))
-        zipped = gzip.compress(body, compresslevel=9, mtime=0)
-        self.gzipped = (zipped, _entity_tag(zipped))
+
+    @functools.cached_property
+    def plain(self) -> tuple[bytes, str]:
+        body = self._make_body()
+        return body, _entity_tag(body)
+
+    @functools.cached_property
+    def gzipped(self) -> tuple[bytes, str]:
+        zipped = gzip.compress(self.plain[0], compresslevel=9, mtime=0)
+        return zipped, _entity_tag(zipped)
 
     @property
     def tags(self) -> set[str]:
@@ -36,10 +45,12 @@ def _entity_tag(body: bytes) -> str:
 @functools.cache  # bounded: one entry per spec document served (v1, v2)
 def _prepared(json_body: bytes) -> tuple[Representation, Representation]:
     # Cached by content: every app a process builds from the same spec files shares the bytes.
-    spec = orjson.loads(json_body)
-    yaml_body = yaml.dump(spec, Dumper=_Dumper, sort_keys=False, allow_unicode=True).encode()
-    return Representation(json_body, "application/json"), Representation(
-        yaml_body, "application/yaml"
+    def as_yaml() -> bytes:
+        spec = orjson.loads(json_body)
+        return yaml.dump(spec, Dumper=_Dumper, sort_keys=False, allow_unicode=True).encode()
+
+    return Representation(lambda: json_body, "application/json"), Representation(
+        as_yaml, "application/yaml"
     )
 
 
