@@ -183,4 +183,4 @@ lint: install-dev contract-tools
 
 # Everything `make run` and `make test` made: the virtualenv and the Node tools too.
 clean:
-	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis $(CONTRACT_TOOLS)/node_modules
+	rm -rf $(VENV) data *.egg-info .pytest_cache .hypothesis $(CONTRACT_TOOLS)/node_modules spec/.checked

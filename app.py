@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),
     ]
-    internals.check_specs_with(checked_specs.check_once)
+    internals.check_specs_with(partial(checked_specs.check_once, marks=SPEC_DIR / ".checked"))
     for served_spec, docs in served_specs:
         app.add_api(
             served_spec,
