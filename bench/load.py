@@ -257,7 +257,7 @@ def wrk(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
     load_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = {name: seconds - before[name] for name, seconds in cpu_seconds(servers).items()}
+    used = {name: value - before[name] for name, value in cpu_seconds(servers).items()}
     load_seconds = sum(
         getattr(load_after, field) - getattr(load_before, field)
         for field in ("ru_utime", "ru_stime")
