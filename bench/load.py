@@ -1,7 +1,7 @@
 """The load benchmark (`make bench`): shopapi's production server under wrk, on the seeded data set
 in a PostgreSQL primary with one hot standby taking shopapi's reads, against a plain Flask +
 Peewee baseline measured in the same run, on the same primary. The report opens with issue 20's
-goals (GOALS), each measured, met or not.
+goals (goals()), each measured, met or not.
 
 1. list: the mix's list query (`category` filter, `-price_cents` sort), baseline and shopapi in
    interleaved rounds under the same load; CPU per request and the ratio between them.
