@@ -101,11 +101,13 @@ test: install-dev contract-tools
 contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
 
-# The load benchmark (bench/load.py, a few minutes): needs PostgreSQL (BENCH_DATABASE_URL, default
-# postgresql://postgres@127.0.0.1:5432/shopapi_bench), Redis (BENCH_REDIS_URL) and Debian's wrk;
-# shopapi reaches PostgreSQL through Debian's pgbouncer, which the bench starts (ops/pgbouncer.ini).
-# Then what the revocation check adds to a request (bench/revocation_cost.py, A/B in one process),
-# in a database of its own.
+# The load benchmark (bench/load.py, about 7 minutes): a PostgreSQL primary and a hot standby of
+# its own (the machine's PostgreSQL binaries, tests/support/standby.py), seeded at each run, Redis
+# (BENCH_REDIS_URL) and Debian's wrk; shopapi reaches both clusters through Debian's pgbouncer,
+# which the bench starts (ops/pgbouncer.ini). Then what the revocation check adds to a request
+# (bench/revocation_cost.py, A/B in one process), in a database of the machine's PostgreSQL.
+# BENCH_QUICK=1: one short round of each phase, to try the script (bench/results/load-quick.md),
+# and no revocation A/B.
 REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
 bench: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
@@ -113,7 +115,8 @@ bench: install-dev
 	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q pgbouncer)
 	$(BIN)/python bench/load.py
-	BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py
+	if [ -z "$(BENCH_QUICK)" ] || [ "$(BENCH_QUICK)" = 0 ]; then \
+	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; fi
 
 # What PgBouncer costs a request: the mix direct against through PgBouncer, interleaved rounds in
 # one run (bench/pgbouncer_ab.py): bench/results/pgbouncer-ab.md.

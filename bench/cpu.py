@@ -42,17 +42,26 @@ def children(pid: int) -> list[int]:
 
 def tree_seconds(root: int) -> float:
     """CPU seconds used so far by process `root` and all its descendants."""
+    return trees_seconds({"tree": [root]})["tree"]
+
+
+def trees_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
+    """For each named group of process trees (their roots' pids), the CPU seconds its processes
+    used so far, all from one reading of /proc."""
     stats = _all()
     children: dict[int, list[int]] = {}
     for pid, (_, parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][2]
-        todo += children.get(pid, [])
-    return total
+    totals = {}
+    for name, roots in groups.items():
+        total, todo = 0.0, list(roots)
+        while todo:
+            pid = todo.pop()
+            if pid in stats:
+                total += stats[pid][2]
+            todo += children.get(pid, [])
+        totals[name] = total
+    return totals
 
 
 def program_seconds(command: str) -> float:

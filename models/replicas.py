@@ -29,13 +29,17 @@ REPLAY_POSITION = (
 )
 
 
+# The checks' statement timeout, set per check: PgBouncer refuses it as a startup parameter
+# (`options`), and a session's SET would outlive the check on a pooled server connection.
+# Two statements in one query are one transaction, which SET LOCAL lasts for.
+TIMEOUT = f"SET LOCAL statement_timeout = {CHECK_TIMEOUT_SECONDS * 1000}; "
+
+
 def _checker(url: str) -> peewee.PostgresqlDatabase:
     """A connection of its own for the checks: never one a request waits for."""
-    timeout_ms = CHECK_TIMEOUT_SECONDS * 1000
     return peewee.PostgresqlDatabase(
         **postgresql_arguments(url),
         connect_timeout=CHECK_TIMEOUT_SECONDS,
-        options=f"-c statement_timeout={timeout_ms}",
         application_name="shopapi replica check",
     )
 
@@ -45,7 +49,7 @@ def _position(checker: peewee.PostgresqlDatabase, sql: str) -> int:
     try:
         if checker.is_closed():
             checker.connect()
-        return checker.execute_sql(sql).fetchone()[0]
+        return checker.execute_sql(TIMEOUT + sql).fetchone()[0]
     except (peewee.DatabaseError, peewee.InterfaceError):
         checker.close()
         raise

@@ -1,7 +1,9 @@
 """Reads on a real hot standby (tests/support/standby.py), as a client of two servers sharing
-Redis sees them: reads land on the replica, a caller reads its own writes, a stale, lagging or
-stopped replica is skipped, and nothing written is lost."""
+Redis sees them, one connected directly and one through PgBouncer: reads land on the replica, a
+caller reads its own writes, a stale, lagging or stopped replica is skipped, and nothing written
+is lost."""
 
+import contextlib
 import os
 import uuid
 
@@ -11,6 +13,7 @@ import redis
 from support.helpers import bearer
 from support.live import live_servers
 from support.metrics_text import sample_sum
+from support.pgbouncer import PgBouncer, PgBouncerUnavailable
 from support.standby import primary_and_standby, wait_for
 
 import models
@@ -35,8 +38,23 @@ def replication():
 
 
 @pytest.fixture(scope="module")
-def hosts(replication):
-    """Two servers (two hosts, as far as the marks of writes go), each reading from the standby."""
+def bouncer(replication):
+    """A PgBouncer in front of both, as on a production host: the standby an entry of its own."""
+    try:
+        bouncer = PgBouncer(replication.primary.url, aliases={"replica": replication.standby.url})
+    except PgBouncerUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"{error}; CI must test replicas through PgBouncer", pytrace=False)
+        pytest.skip(str(error))
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(scope="module")
+def hosts(replication, bouncer):
+    """Two servers (two hosts, as far as the marks of writes go), each reading from the standby:
+    the first connects to both directly, the second through PgBouncer, where the replica checks
+    must run too (it refuses a statement timeout given at connect time)."""
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
     except redis.RedisError as error:
@@ -44,12 +62,21 @@ def hosts(replication):
             pytest.fail(f"Redis unreachable at {REDIS_URL} ({error}); CI must test replicas")
         pytest.skip(f"Redis unreachable at {REDIS_URL} ({error})")
     settings = {
-        "DATABASE_REPLICA_URLS": replication.standby.url,
         "DATABASE_REPLICA_MAX_LAG_SECONDS": str(MAX_LAG_SECONDS),
         "RATELIMIT_STORAGE_URI": REDIS_URL,
         "METRICS_TOKEN": "metrics-token-for-replica-tests",
     }
-    with live_servers(2, replication.primary.url, **settings) as (first, second):
+    primary, standby = replication.primary.url, replication.standby.url
+    with contextlib.ExitStack() as servers:
+        first, second = (
+            servers.enter_context(
+                live_servers(1, database, DATABASE_REPLICA_URLS=replica, **settings)
+            )[0]
+            for database, replica in (
+                (primary, standby),
+                (bouncer.url(primary), bouncer.alias_url("replica")),
+            )
+        )
         for base in (first, second):  # each has found the standby (its checks start with it)
             with client(base) as reader:
                 wait_until_reads_land_on(replication.standby, reader)

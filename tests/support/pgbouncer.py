@@ -39,10 +39,11 @@ def _quoted(text: str) -> str:
 
 class PgBouncer:
     """One pgbouncer process for the PostgreSQL server of `server_url` (any of its databases,
-    by name); `url(database_url)` is that database through it. The server's user logs in with
+    by name); `url(database_url)` is that database through it. `aliases` name databases of other
+    servers (a replica's), each reached as `alias_url(name)`. The server's user logs in with
     the URL's password; `settings` change lines of ops/pgbouncer.ini's [pgbouncer] section."""
 
-    def __init__(self, server_url: str, **settings):
+    def __init__(self, server_url: str, aliases: dict[str, str] | None = None, **settings):
         self.executable = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
         if not os.path.exists(self.executable):
             raise PgBouncerUnavailable(
@@ -54,8 +55,8 @@ class PgBouncer:
         self.directory = pathlib.Path(tempfile.mkdtemp(prefix="pgbouncer-"))
         password = unquote(parts.password) if parts.password else ""
         (self.directory / "userlist.txt").write_text(f"{_quoted(self.user)} {_quoted(password)}\n")
-        server = f"host={parts.hostname or '127.0.0.1'} port={parts.port or 5432}"
-        (self.directory / "pgbouncer.ini").write_text(self._config(server, settings))
+        self.aliases = dict(aliases or {})
+        (self.directory / "pgbouncer.ini").write_text(self._config(_server(parts), settings))
         self.log = self.directory / "pgbouncer.log"
         self.process = self._start()
 
@@ -72,8 +73,15 @@ class PgBouncer:
         }
         lines = [f"{key} = {value}" for key, value in ops.items() if key not in _REPLACED]
         lines += [f"{key} = {value}" for key, value in {**mine, **settings}.items()]
-        # `*`: every database of the server, by the name the client asks for.
-        return "[databases]\n* = " + server + "\n\n[pgbouncer]\n" + "\n".join(lines) + "\n"
+        databases = [
+            f"{name} = {_server(urlsplit(url))} dbname={urlsplit(url).path.lstrip('/')}"
+            for name, url in self.aliases.items()
+        ]
+        # `*`: every other database of the server, by the name the client asks for.
+        databases.append(f"* = {server}")
+        return (
+            "[databases]\n" + "\n".join(databases) + "\n\n[pgbouncer]\n" + "\n".join(lines) + "\n"
+        )
 
     def _start(self) -> subprocess.Popen:
         argv = [self.executable, str(self.directory / "pgbouncer.ini")]
@@ -107,6 +115,10 @@ class PgBouncer:
         netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
         return urlunsplit(parts._replace(netloc=netloc))
 
+    def alias_url(self, name: str) -> str:
+        """The database `aliases` named `name`, through this pgbouncer, as the server's user."""
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
+
     def admin_url(self) -> str:
         """The admin console (SHOW POOLS, SHOW STATS, ...), as the server's user."""
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/pgbouncer"
@@ -137,6 +149,11 @@ class PgBouncer:
         if process.poll() is None:
             process.terminate()  # SIGTERM: immediate shutdown
             process.wait(timeout=30)
+
+
+def _server(parts) -> str:
+    """A [databases] entry's server, from a split PostgreSQL URL."""
+    return f"host={parts.hostname or '127.0.0.1'} port={parts.port or 5432}"
 
 
 def _pgbouncer_section(text: str) -> dict[str, str]:
