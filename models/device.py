@@ -28,6 +28,8 @@ class Device(BaseModel):
     # is (the worker sends to it), shown to no one but as a hint.
     token = peewee.TextField()
     token_digest = peewee.CharField(max_length=64, unique=True)
+    # What the API shows of the token: its last characters, or a Web Push endpoint's origin.
+    token_hint = peewee.CharField(max_length=300)
     # Web Push only: the browser's P-256 public key and authentication secret (base64url).
     p256dh = peewee.CharField(max_length=100, null=True)
     auth = peewee.CharField(max_length=50, null=True)
@@ -36,7 +38,9 @@ class Device(BaseModel):
     removed_reason = peewee.TextField(null=True)
 
     @classmethod
-    def register(cls, user_id: int, platform: str, token: str, keys: dict) -> tuple["Device", bool]:
+    def register(
+        cls, user_id: int, platform: str, token: str, hint: str, keys: dict
+    ) -> tuple["Device", bool]:
         """The device with this token, now `user_id`'s and active, and whether it is new. The
         same token registered again is the same device (its Web Push keys renewed); a token
         another user had registered moves to `user_id`, whose app now holds it."""
@@ -48,7 +52,13 @@ class Device(BaseModel):
                 device.delete_instance()  # the other user's deliveries to it go with it
                 device = None
             if device is None:
-                device = cls(user=user_id, platform=platform, token=token, token_digest=digest)
+                device = cls(
+                    user=user_id,
+                    platform=platform,
+                    token=token,
+                    token_digest=digest,
+                    token_hint=hint,
+                )
                 created = True
             else:
                 created = False

@@ -34,6 +34,7 @@ def up(db: peewee.Database) -> None:
         platform = peewee.CharField(max_length=8)
         token = peewee.TextField()
         token_digest = peewee.CharField(max_length=64, unique=True)
+        token_hint = peewee.CharField(max_length=300)
         p256dh = peewee.CharField(max_length=100, null=True)
         auth = peewee.CharField(max_length=50, null=True)
         removed_at = UTCDateTimeField(null=True)
