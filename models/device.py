@@ -140,6 +140,10 @@ class PushDelivery(LeasedDelivery):
             )
             if settled == "unregistered":
                 self.device.remove(outcome.get("error") or "the push service refused the token")
+                # Nothing more goes to it: its other pending deliveries fail unsent.
+                PushDelivery.update(status="failed", leased_until=None, updated_at=utc_now()).where(
+                    PushDelivery.device == self.device_id, PushDelivery.status == "pending"
+                ).execute()
         return number, settled
 
 
