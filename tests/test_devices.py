@@ -96,8 +96,10 @@ def test_a_web_push_subscription_is_checked(app_with):
     assert problem["errors"][0]["pointer"] == "/token"
 
 
-def test_the_vapid_public_key_is_published_when_web_push_is_set_up(client, app_with, tmp_path):
-    assert_problem(client.get("/v1/push/vapid-public-key"), 404)
+def test_the_vapid_public_key_is_published_when_web_push_is_set_up(client, app_with):
+    unconfigured = app_with(vapid_private_key=None, vapid_subject=None).test_client()
+    unconfigured.headers.update(bearer())
+    assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(
         serialization.Encoding.PEM,

@@ -23,7 +23,9 @@ from support.push_services import (
     verify_es256,
 )
 
+from models import Event
 from models.delivery import Retries
+from shopapi.events import push
 from shopapi.events.push import sending
 from shopapi.events.worker import fan_out, push_one
 from shopapi.settings import Settings
@@ -351,3 +353,19 @@ def test_push_transport_log_writes_each_notification_and_none_makes_no_deliverie
     _order_for(client, customer)
     assert fan_out(push_deliveries=False) > 0  # the product and the order: no push deliveries
     assert _run_worker(Settings(push_transport="log")) == 0
+
+
+def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
+    data = orjson.dumps({"id": 7, "name": "Ada"}).decode()
+    user = Event(
+        id=4, type="user.created", resource_type="user", resource_id=7, owner_id=7, data=data
+    )
+    notification = push.notification_for(user)
+    assert (notification.user_id, notification.title, notification.body) == (
+        7,
+        "Welcome",
+        "Welcome, Ada: your account is ready",
+    )
+    low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
+    assert push.notification_for(low) is None
+    assert not push.notifies(low)
