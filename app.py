@@ -42,6 +42,7 @@ from shopapi.contract.operations import Operations, operations_of
 from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
+from shopapi.events.push import webpush
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
@@ -141,6 +142,10 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
     app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
     app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
+    app.app.config["WEBPUSH_ALLOW_PRIVATE"] = settings.webpush_allow_private
+    app.app.config["VAPID_PUBLIC_KEY"] = (
+        webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
+    )
     security.install(app, AccessTokens(settings), settings.metrics_token)
     if settings.admin_email:
         with database.connection_context():

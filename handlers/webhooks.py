@@ -70,9 +70,10 @@ def _check_url(body: dict) -> None:
         raise ValidationProblem([{"pointer": "/url", "detail": f"The URL {refusal}."}])
 
 
-def _with_attempts(deliveries):
-    """The deliveries with their attempts, in two queries rather than one per delivery."""
-    return peewee.prefetch(deliveries, DeliveryAttempt.select())
+def with_attempts(attempt_model):
+    """Fetch deliveries with their attempts (`attempt_model`), in two queries rather than one
+    per delivery."""
+    return lambda deliveries: peewee.prefetch(deliveries, attempt_model.select())
 
 
 def list_webhooks(**params):
@@ -111,7 +112,9 @@ def delete_webhook(id):
 
 def list_webhook_deliveries(webhook_id, **params):
     deliveries = Delivery.select().where(Delivery.webhook == _webhook(webhook_id))
-    return list_response(Delivery, deliveries, params, represent_delivery, fetch=_with_attempts)
+    return list_response(
+        Delivery, deliveries, params, represent_delivery, fetch=with_attempts(DeliveryAttempt)
+    )
 
 
 def get_webhook_delivery(webhook_id, id):

@@ -1,6 +1,7 @@
 """The data model: Peewee models bound to the database chosen at start-up (see models.db)."""
 
 from models.api_key import ApiKey
+from models.device import Device, PushAttempt, PushDelivery
 from models.event import Event
 from models.idempotency_key import IdempotencyKey
 from models.oauth_client import OAuthClient
@@ -26,6 +27,9 @@ MODELS = (
     Webhook,
     Delivery,
     DeliveryAttempt,
+    Device,
+    PushDelivery,
+    PushAttempt,
 )
 
 __all__ = [
@@ -33,12 +37,15 @@ __all__ = [
     "ApiKey",
     "Delivery",
     "DeliveryAttempt",
+    "Device",
     "Event",
     "IdempotencyKey",
     "OAuthClient",
     "Order",
     "OrderItem",
     "Product",
+    "PushAttempt",
+    "PushDelivery",
     "RefreshToken",
     "Revocation",
     "User",

@@ -2,24 +2,21 @@
 and its verdict, retries. The worker (shopapi/events/worker.py) runs it; docs/events.md tells
 the guarantees."""
 
-import dataclasses
 import datetime
-import random
 
 import peewee
 
 from models.base import BaseModel
-from models.db import database, is_postgresql
+from models.db import database
+from models.delivery import Attempt, LeasedDelivery, Retries
+from models.device import PushDelivery
 from models.event import Event
-from models.fields import UTCDateTimeField, utc_now
+from models.fields import utc_now
 from models.user import ROLE_SCOPES, User
 from models.visibility import Viewer
 
-DELIVERY_STATES = ("pending", "delivered", "failed")
-# A claim covers an attempt (which ends by its deadline) and recording its outcome, which gets
-# this much more.
-LEASE_MARGIN_SECONDS = 5
-MAX_RETRY_DELAY_SECONDS = 3600
+__all__ = ["Delivery", "DeliveryAttempt", "Retries", "Webhook"]
+
 GONE_REASON = "The receiver answered 410 Gone"
 
 
@@ -103,44 +100,13 @@ class Webhook(BaseModel):
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class Retries:
-    """How often a delivery is attempted, and how long it waits between attempts."""
-
-    max_attempts: int
-    base_seconds: float
-
-    def verdict(self, status: int | None, attempts: int) -> str:
-        """What attempt number `attempts`, answered `status` (None: no answer), means:
-        `delivered` (2xx), `gone` (410: the receiver wants no more), `failed` (no attempts left)
-        or `retry` (anything else, 3xx included: no redirects)."""
-        if status is not None and 200 <= status < 300:
-            return "delivered"
-        if status == 410:
-            return "gone"
-        if attempts >= self.max_attempts:
-            return "failed"
-        return "retry"
-
-    def delay(self, attempts: int) -> datetime.timedelta:
-        """Exponential backoff after `attempts` failures, at most an hour, with jitter so that
-        deliveries that failed together do not all come back together."""
-        backoff = min(MAX_RETRY_DELAY_SECONDS, self.base_seconds * 2 ** (attempts - 1))
-        return datetime.timedelta(seconds=backoff * random.uniform(0.5, 1.0))  # noqa: S311
-
-
-class Delivery(BaseModel):
+class Delivery(LeasedDelivery):
     webhook = peewee.ForeignKeyField(Webhook, backref="deliveries", on_delete="CASCADE")
     event = peewee.ForeignKeyField(Event, backref="deliveries", on_delete="CASCADE")
     # The event's resource, kept here so that the worker delivers the events of one resource to
     # one webhook in order without a join.
     resource_type = peewee.CharField(max_length=16)
     resource_id = peewee.BigIntegerField()
-    status = peewee.CharField(max_length=16, default="pending")
-    attempts = peewee.IntegerField(default=0)
-    next_attempt_at = UTCDateTimeField(default=utc_now)
-    # A worker delivering it holds it until then; a worker that died lets it go at that time.
-    leased_until = UTCDateTimeField(null=True)
 
     @classmethod
     def of(cls, webhook: Webhook, event: Event) -> "Delivery":
@@ -152,9 +118,11 @@ class Delivery(BaseModel):
         )
 
     @classmethod
-    def fan_out(cls, batch: int) -> list[Event]:
+    def fan_out(cls, batch: int, notifies=None) -> list[Event]:
         """Create the deliveries of the next `batch` new events, to each webhook that receives
-        them, and mark the events dispatched, all in one transaction. Returns the events."""
+        them and, for the events `notifies(event)` says notify their owner, to each of the
+        owner's devices; and mark the events dispatched, all in one transaction. Returns the
+        events."""
         with database.atomic():
             events = list(Event.undispatched(batch))
             if events:
@@ -163,6 +131,8 @@ class Delivery(BaseModel):
                     for webhook in webhooks:
                         if webhook.receives(event):
                             cls.of(webhook, event)
+                if notifies is not None:
+                    PushDelivery.fan_out([event for event in events if notifies(event)])
                 Event.mark_dispatched(events)
         return events
 
@@ -170,41 +140,25 @@ class Delivery(BaseModel):
     def claim_due(cls, attempt_seconds: float) -> "Delivery | None":
         """Lease the oldest delivery that may be attempted now (with its webhook, its webhook's
         owner and its event), for an attempt that ends within `attempt_seconds`; or None."""
-        now = utc_now()
-        with database.atomic():
-            delivery = cls._due(now).first()
-            if delivery is None:
-                return None
-            lease = datetime.timedelta(seconds=attempt_seconds + LEASE_MARGIN_SECONDS)
-            delivery.leased_until = now + lease
-            cls.update(leased_until=delivery.leased_until, updated_at=now).where(
-                cls.id == delivery.id
-            ).execute()
-        return delivery
+        return cls.lease_first(cls._due(utc_now()), attempt_seconds)
 
     @classmethod
     def _due(cls, now: datetime.datetime) -> peewee.Select:
         """Pending deliveries that are due, not leased, to an enabled webhook, and next in line
         for their resource; oldest first."""
-        query = (
+        return (
             cls.select(cls, Webhook, Event, User)
             .join_from(cls, Webhook)
             .join_from(cls, Event)
             .join_from(Webhook, User, peewee.JOIN.LEFT_OUTER)
             .where(
-                cls.status == "pending",
-                cls.next_attempt_at <= now,
-                cls.leased_until.is_null() | (cls.leased_until <= now),
+                cls.due(now),
                 Webhook.enabled == True,  # noqa: E712 (a peewee expression)
                 ~peewee.fn.EXISTS(cls._earlier_pending()),
                 ~peewee.fn.EXISTS(cls._earlier_event_not_fanned_out()),
             )
             .order_by(cls.id)
-            .limit(1)
         )
-        # OF delivery: locking the webhook's row too would make other workers skip all its
-        # deliveries.
-        return query.for_update(of=cls, skip_locked=True) if is_postgresql() else query
 
     @classmethod
     def _earlier_pending(cls) -> peewee.Select:
@@ -237,48 +191,22 @@ class Delivery(BaseModel):
     ) -> tuple[int, str]:
         """Keep the attempt (the receiver's `status`, or the `error` that left none) and apply
         its verdict (`verdict`, or the one `retries` gives) to the delivery, and on 410 to the
-        webhook. Returns the attempt's number and verdict."""
-        now = utc_now()
+        webhook. Returns the attempt's number and verdict. `gone` and `withheld` (the owner's
+        role no longer lets it be sent) fail it, as `failed` does."""
+        outcome = {"duration_ms": duration_ms, "response_status": status, "error": error}
         with database.atomic():
-            # Locked and re-read: a worker whose lease ran out may be recording it too.
-            current = Delivery.get_for_update(self.id)
-            number = current.attempts + 1
-            DeliveryAttempt.create(
-                delivery=current,
-                number=number,
-                attempted_at=now,
-                duration_ms=duration_ms,
-                response_status=status,
-                error=error,
+            number, verdict, current = self.record_attempt(
+                DeliveryAttempt,
+                outcome,
+                lambda number: verdict or retries.verdict(status, number),
+                retries,
             )
-            verdict = verdict or retries.verdict(status, number)
-            changes = {"attempts": number, "leased_until": None, "updated_at": now}
-            if current.status == "pending":  # else that other worker's attempt has settled it
-                changes.update(_next_state(verdict, number, now, retries))
-            Delivery.update(changes).where(Delivery.id == current.id).execute()
             if verdict == "gone":
+                now = utc_now()
                 disabled = {"enabled": False, "disabled_reason": GONE_REASON, "updated_at": now}
                 Webhook.update(disabled).where(Webhook.id == current.webhook_id).execute()
         return number, verdict
 
 
-def _next_state(verdict: str, attempts: int, now: datetime.datetime, retries: Retries) -> dict:
-    # Anything but a retry settles it: `failed`, `gone` and `withheld` (the owner's role no
-    # longer lets it be sent) fail it.
-    if verdict == "retry":
-        return {"next_attempt_at": now + retries.delay(attempts)}
-    return {"status": "delivered" if verdict == "delivered" else "failed"}
-
-
-class DeliveryAttempt(peewee.Model):
+class DeliveryAttempt(Attempt):
     delivery = peewee.ForeignKeyField(Delivery, backref="attempt_log", on_delete="CASCADE")
-    number = peewee.IntegerField()
-    attempted_at = UTCDateTimeField(default=utc_now)
-    duration_ms = peewee.IntegerField()
-    # The receiver's status, or NULL when there was none (timeout, refused, ...: see `error`).
-    response_status = peewee.IntegerField(null=True)
-    error = peewee.TextField(null=True)
-
-    class Meta:
-        database = database
-        legacy_table_names = False

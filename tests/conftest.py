@@ -15,7 +15,7 @@ import connexion.spec
 import peewee
 import pytest
 from hypothesis import settings
-from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, VAPID, bearer
 from support.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 import models.passwords
@@ -171,6 +171,7 @@ def served(database_url):
         validate_responses=True,
         jwt_secret=JWT_SECRET.encode(),
         rate_limit_scale=RATE_LIMIT_SCALE,
+        **VAPID,
     )
     app = create_app(settings)
     from models.db import database
@@ -232,6 +233,7 @@ def app_with(app, served, database_url):
             "validate_responses": True,
             "jwt_secret": JWT_SECRET.encode(),
             "rate_limit_scale": RATE_LIMIT_SCALE,
+            **VAPID,
         }
         return create_app(Settings(**{**defaults, **changes}))
 

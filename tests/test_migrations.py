@@ -21,6 +21,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0006_events_and_webhooks",
         "m0007_credential_revocation",
         "m0008_product_vacuumed_sooner",
+        "m0009_devices",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -39,6 +40,9 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "delivery",
             "delivery_attempt",
             "revocation",
+            "device",
+            "push_delivery",
+            "push_attempt",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
         assert recorded == [
@@ -50,6 +54,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0006_events_and_webhooks",),
             ("m0007_credential_revocation",),
             ("m0008_product_vacuumed_sooner",),
+            ("m0009_devices",),
         ]
 
 

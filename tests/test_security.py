@@ -79,7 +79,7 @@ def _url(path: str, ids) -> str:
     return path
 
 
-ANY_IDS = {"id": 1, "webhook_id": 1}
+ANY_IDS = {"id": 1, "webhook_id": 1, "user_id": 1, "device_id": 1}
 
 
 @pytest.mark.parametrize("operation_id", sorted(OPERATIONS))
@@ -283,6 +283,14 @@ def _my_webhook_id(admin, me) -> int:
     return response.json()["id"]
 
 
+def _my_device(admin, me) -> dict:
+    """The path ids of a device of `me`'s, registered by an admin."""
+    body = {"platform": "fcm", "token": f"security-{me['id']}"}
+    response = admin.post(f"/v1/users/{me['id']}/devices", json=body)
+    assert response.status_code == 201, response.text
+    return {"user_id": me["id"], "id": response.json()["id"]}
+
+
 def _my_delivery_ids(admin, me) -> dict:
     webhook_id = _my_webhook_id(admin, me)
     response = admin.post(
@@ -358,10 +366,28 @@ CASES = {
         {"event_id": _my_event_id(admin, me)},
     ),
     "get_webhook_delivery": lambda admin, me: (_my_delivery_ids(admin, me), None),
+    "list_devices": lambda admin, me: ({"user_id": me["id"]}, None),
+    # Registered already: the same token again is 200, the operation's first success status.
+    "register_device": lambda admin, me: (
+        {"user_id": _my_device(admin, me)["user_id"]},
+        {"platform": "fcm", "token": f"security-{me['id']}"},
+    ),
+    "get_device": lambda admin, me: (_my_device(admin, me), None),
+    "delete_device": lambda admin, me: (_my_device(admin, me), None),
+    "list_device_deliveries": lambda admin, me: (
+        {"user_id": me["id"], "device_id": _my_device(admin, me)["id"]},
+        None,
+    ),
+    "get_vapid_public_key": lambda admin, me: (None, None),
 }
 # The feed declares no scope: what it shows depends on the caller's read scopes, and an event
 # is found only with the read scope of its resource (an API key holds at least one scope).
-SEEING = {"get_event": ["users:read"], "list_events": ["products:read"]}
+# The Web Push key declares none either (any caller may subscribe a browser).
+SEEING = {
+    "get_event": ["users:read"],
+    "list_events": ["products:read"],
+    "get_vapid_public_key": ["users:read"],
+}
 
 
 def test_every_secured_operation_has_a_case():

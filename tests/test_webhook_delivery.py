@@ -23,7 +23,7 @@ from support.receiver import Drip, Hold, Receiver, in_turn
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.db import database
-from shopapi.events import push, webhook_delivery, webhook_signatures, webhook_targets
+from shopapi.events import webhook_delivery, webhook_signatures, webhook_targets
 from shopapi.events.worker import fan_out
 from shopapi.settings import Settings
 
@@ -621,7 +621,7 @@ def test_deliveries_follow_the_owners_current_role(client, start_worker):
             _event("product.created", 1, actor=staff),
             _event("order.created", 1, owner_id=customer["id"], actor=staff),
         ]
-        fan_out(push.transport("none"))  # their deliveries are made under the old roles
+        fan_out(push_deliveries=False)  # their deliveries are made under the old roles
         for user, role in ((demoted_partner, "customer"), (demoted_admin, "partner")):
             changed = client.patch(f"/v1/users/{user['id']}", json={"role": role})
             assert changed.status_code == 200, changed.text
@@ -821,57 +821,3 @@ def test_https_checks_the_certificate_against_the_host_name(
         assert outcome.error.startswith("TLS failed:")
         assert "Hostname mismatch" in outcome.error, outcome.error
         assert receiver.requests == []
-
-
-# -- Mobile push
-
-
-@pytest.mark.slow
-def test_an_order_event_notifies_its_owner_and_a_product_event_nobody(start_worker):
-    product = _event("product.updated", 3, price_cents=990)
-    order = _event("order.status_changed", 12, owner_id=7, status="shipped")
-    worker = start_worker(PUSH_TRANSPORT="log")
-    wait_for(
-        lambda: not Event.select().where(Event.dispatched_at.is_null()).exists(),
-        "the fan-out",
-    )
-    assert worker.stop() == 0
-
-    [logged] = worker.log_entries("push notification")
-    assert logged["logger"] == "shopapi.push"
-    assert logged["fcm"] == {
-        "message": {
-            "topic": "user-7",
-            "notification": {"title": "Order update", "body": "Your order 12 is shipped"},
-            "data": {
-                "event_id": str(order.id),
-                "type": "order.status_changed",
-                "resource_type": "order",
-                "resource_id": "12",
-            },
-            "android": {"collapse_key": "order-12"},
-        }
-    }
-    assert logged["apns"] == {
-        "aps": {
-            "alert": {"title": "Order update", "body": "Your order 12 is shipped"},
-            "thread-id": "order-12",
-        },
-        "event_id": str(order.id),
-    }
-    assert Event.get_by_id(product.id).dispatched_at is not None
-
-
-def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
-    data = orjson.dumps({"id": 7, "name": "Ada"}).decode()
-    user = Event(
-        id=4, type="user.created", resource_type="user", resource_id=7, owner_id=7, data=data
-    )
-    notification = push.notification_for(user)
-    assert (notification.user_id, notification.title, notification.body) == (
-        7,
-        "Welcome",
-        "Welcome, Ada: your account is ready",
-    )
-    low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
-    assert push.notification_for(low) is None

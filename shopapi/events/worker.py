@@ -1,5 +1,5 @@
-"""The webhook worker process: fans new events out (and notifies by push), then delivers,
-retrying, with the delivery rules of models/webhook.py. `python -m shopapi.events.worker` (or
+"""The worker process: fans new events out to webhooks and devices, then delivers and pushes
+them, retrying, with the rules of models/delivery.py. `python -m shopapi.events.worker` (or
 `make worker`) on a migrated database; docs/events.md tells its guarantees.
 """
 
@@ -8,10 +8,19 @@ import signal
 import sys
 import threading
 
-from models import Delivery, DeliveryAttempt, Event, Webhook
+from models import (
+    Delivery,
+    DeliveryAttempt,
+    Device,
+    Event,
+    PushAttempt,
+    PushDelivery,
+    Webhook,
+)
 from models.db import close_connection, database, open_database, use
-from models.webhook import Retries
+from models.delivery import Retries
 from shopapi.events import push, webhook_delivery
+from shopapi.events.push import sending
 from shopapi.events.webhook_delivery import Outcome
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.telemetry import logs
@@ -21,16 +30,12 @@ log = logging.getLogger("shopapi.worker")
 FAN_OUT_BATCH = 100
 
 
-def fan_out(transport: push.Transport) -> int:
-    """Create the deliveries of the next batch of new events and mark them dispatched; notify
-    their owners after the commit. Returns how many events were fanned out."""
-    events = Delivery.fan_out(FAN_OUT_BATCH)
-    # Push is at most once: after the commit, a fan-out that rolled back notifies nobody.
-    for event in events:
-        notification = push.notification_for(event)
-        if notification is not None:
-            transport.send(notification)
-    return len(events)
+def fan_out(push_deliveries: bool = True) -> int:
+    """Create the deliveries of the next batch of new events, webhooks' and (unless not
+    `push_deliveries`) devices', and mark them dispatched, in one transaction. Returns how many
+    events were fanned out."""
+    notifies = push.notifies if push_deliveries else None
+    return len(Delivery.fan_out(FAN_OUT_BATCH, notifies))
 
 
 def deliver_one(settings: Settings, retries: Retries) -> bool:
@@ -68,6 +73,33 @@ def _log_attempt(delivery: Delivery, number: int, outcome: Outcome, result: str)
     log.log(level, "webhook delivery attempt", extra={"fields": fields})
 
 
+def push_one(senders, retries: Retries, timeout: float) -> bool:
+    """Attempt the next due push delivery, if any; returns whether there was one. The lease
+    covers two requests (FCM's may first need an access token)."""
+    delivery = PushDelivery.claim_due(attempt_seconds=2 * timeout)
+    if delivery is None:
+        return False
+    notification = push.notification_for(delivery.event)
+    outcome = senders.send(delivery.device, notification)
+    number, verdict = delivery.record(
+        outcome.recorded, outcome.verdict, retries, outcome.retry_after
+    )
+    fields = {
+        "push_delivery_id": delivery.id,
+        "event_id": delivery.event_id,
+        "device_id": delivery.device_id,
+        "platform": delivery.device.platform,
+        "attempt": number,
+        "status": outcome.status,
+        "error": outcome.error,
+        "duration_ms": outcome.duration_ms,
+        "result": verdict,
+    }
+    level = logging.INFO if verdict == "delivered" else logging.WARNING
+    log.log(level, "push delivery attempt", extra={"fields": fields})
+    return True
+
+
 def _keep_going(name: str, job, stop: threading.Event, idle_seconds: float) -> None:
     """Run `job` until `stop`, pausing `idle_seconds` whenever it found nothing to do. A failure
     (the database away, say) is logged and the job tried again after the pause."""
@@ -84,13 +116,22 @@ def _keep_going(name: str, job, stop: threading.Event, idle_seconds: float) -> N
 
 
 def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """Start the fan-out thread and `webhook_worker_threads` delivery threads, which run until
-    `stop` (finishing the delivery under way)."""
-    transport = push.transport(settings.push_transport)
+    """Start the fan-out thread and `webhook_worker_threads` delivery threads (each delivering
+    to webhooks and pushing to devices), which run until `stop` (finishing the delivery under
+    way)."""
+    pushing = settings.push_transport != "none"
+    senders = sending.senders(settings)
     retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
-    jobs = {"fan-out": lambda: fan_out(transport) > 0}
+    timeout = settings.webhook_timeout_seconds
+    jobs = {"fan-out": lambda: fan_out(pushing) > 0}
+
+    def deliver() -> bool:
+        delivered = deliver_one(settings, retries)
+        pushed = pushing and push_one(senders, retries, timeout)
+        return delivered or pushed
+
     for n in range(settings.webhook_worker_threads):
-        jobs[f"delivery-{n}"] = lambda: deliver_one(settings, retries)
+        jobs[f"delivery-{n}"] = deliver
     threads = [
         threading.Thread(
             target=_keep_going, args=(name, job, stop, settings.webhook_poll_seconds), name=name
@@ -103,7 +144,8 @@ def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
 
 
 def _missing_tables() -> list[str]:
-    tables = [model._meta.table_name for model in (Event, Webhook, Delivery, DeliveryAttempt)]
+    needed = (Event, Webhook, Delivery, DeliveryAttempt, Device, PushDelivery, PushAttempt)
+    tables = [model._meta.table_name for model in needed]
     with database.connection_context():
         present = set(database.get_tables())
     return [table for table in tables if table not in present]

@@ -118,8 +118,31 @@ class Settings:
     idempotency_lease_seconds: int = _setting(
         "IDEMPOTENCY_LEASE_SECONDS", parse.integer(1, 86400), 300
     )
-    # Where mobile push notifications go: `log` (a JSON line each) or `none`.
-    push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("log", "none"), "log")
+    # Push notifications (docs/events.md): `send` each to its device's push service, `log` it
+    # (a JSON line, counted delivered: development), or `none` (no push deliveries are made).
+    push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("send", "log", "none"), "log")
+    # Web Push: the VAPID key (a PEM file of a P-256 private key; clients subscribe with its
+    # public half, GET /v1/push/vapid-public-key), and the contact the push services see.
+    vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.pem_file)
+    vapid_subject: str | None = _setting("VAPID_SUBJECT", parse.vapid_subject)
+    # Accept Web Push endpoints on private addresses, over plain http too (tests, development).
+    webpush_allow_private: bool = _setting("WEBPUSH_ALLOW_PRIVATE", parse.boolean, False)
+    # FCM HTTP v1: the Firebase project's service-account key file, and where FCM answers.
+    fcm_service_account: Mapping[str, str] | None = _setting(
+        "FCM_SERVICE_ACCOUNT_FILE", parse.service_account
+    )
+    fcm_base_url: str = _setting(
+        "FCM_BASE_URL", parse.url("https", "http"), "https://fcm.googleapis.com"
+    )
+    # APNs token authentication: the .p8 key, its key id, the team id, the app's bundle id
+    # (apns-topic), the server (api.sandbox.push.apple.com for development builds), and the
+    # certificate authorities it is checked against (the system's when unset).
+    apns_key: str | None = _setting("APNS_KEY_FILE", parse.pem_file)
+    apns_key_id: str | None = _setting("APNS_KEY_ID", parse.text_or_none)
+    apns_team_id: str | None = _setting("APNS_TEAM_ID", parse.text_or_none)
+    apns_topic: str | None = _setting("APNS_TOPIC", parse.text_or_none)
+    apns_base_url: str = _setting("APNS_BASE_URL", parse.url("https"), "https://api.push.apple.com")
+    apns_ca_file: str | None = _setting("APNS_CA_FILE", parse.readable_file)
 
     @classmethod
     def from_env(
@@ -171,6 +194,13 @@ def _check_together(values: dict) -> None:
         raise ConfigurationError(
             "ADMIN_EMAIL and ADMIN_PASSWORD go together, the password at least 8 characters"
         )
+    for group in (
+        ("vapid_private_key", "vapid_subject"),
+        ("apns_key", "apns_key_id", "apns_team_id", "apns_topic"),
+    ):
+        if any(values.get(name) for name in group) and not all(values.get(n) for n in group):
+            names = ", ".join(name.upper() for name in group).replace("APNS_KEY,", "APNS_KEY_FILE,")
+            raise ConfigurationError(f"{names} go together")
     if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
         raise ConfigurationError(
             "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"

@@ -158,3 +158,32 @@ def proxies(name: str, raw: str) -> tuple[str, ...]:
                 f"10.0.0.5,10.1.0.0/16; 0.0.0.0/0,::/0 to believe anyone), not {entry!r}"
             ) from None
     return entries
+
+
+def vapid_subject(name: str, raw: str) -> str:
+    """RFC 8292's `sub`: a contact for the push service, mailto: or https:."""
+    if not raw.startswith(("mailto:", "https://")) or len(raw) < 10:
+        raise ConfigurationError(f"{name} must be a mailto: or https: URL (a contact)")
+    return raw
+
+
+def service_account(name: str, raw: str) -> dict[str, str]:
+    """A Google service-account key file (JSON), as the Firebase console downloads it."""
+    try:
+        key = json.loads(pathlib.Path(raw).read_text())
+    except OSError as error:
+        raise ConfigurationError(f"{name}: cannot read {raw!r} ({error.strerror})") from None
+    except ValueError:
+        key = None
+    needed = ("project_id", "private_key", "client_email", "token_uri")
+    if not isinstance(key, dict) or not all(isinstance(key.get(k), str) for k in needed):
+        raise ConfigurationError(
+            f"{name} must name a service-account key file (JSON with {', '.join(needed)})"
+        )
+    return {k: key[k] for k in (*needed, "private_key_id") if k in key}
+
+
+def readable_file(name: str, raw: str) -> str:
+    if not pathlib.Path(raw).is_file():
+        raise ConfigurationError(f"{name}: {raw!r} is not a readable file")
+    return raw

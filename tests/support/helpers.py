@@ -5,6 +5,9 @@ import itertools
 import json
 import time
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
 from models.user import ROLE_SCOPES, SCOPES
 from shopapi.auth.tokens import AccessTokens
 from shopapi.settings import Settings
@@ -18,6 +21,17 @@ JWT_SECRET = "tests-only-secret-0123456789abcdef"
 # its way (test_traffic.py tests the limits themselves).
 RATE_LIMIT_SCALE = 1000
 TOKENS = AccessTokens(Settings(jwt_secret=JWT_SECRET.encode()))
+# The tests' apps publish a Web Push key (GET /v1/push/vapid-public-key): a P-256 key of this run.
+VAPID = {
+    "vapid_private_key": ec.generate_private_key(ec.SECP256R1())
+    .private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    .decode(),
+    "vapid_subject": "mailto:tests@example.com",
+}
 
 
 def claims(**changes) -> dict:

@@ -1,15 +1,11 @@
-"""Mobile push notifications of events, sent at fan-out to the user an event is about: shaped
-for FCM and APNs, sent by a transport (`log` or `none`). See docs/events.md."""
+"""Push notifications of events to the devices of the user an event is about: what each event
+says, shaped for FCM, APNs and Web Push. Sending is push/sending.py's; see docs/events.md."""
 
 import dataclasses
-import logging
-from typing import Protocol
 
 import orjson
 
 from models import Event
-
-log = logging.getLogger("shopapi.push")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,11 +18,12 @@ class PushNotification:
     # A newer notification about the same thing replaces the older one on the device.
     collapse_key: str
 
-    def fcm_message(self) -> dict:
-        """The body of FCM HTTP v1's `messages:send`, to the user's topic."""
+    def fcm_message(self, token: str) -> dict:
+        """The body of FCM HTTP v1's `messages:send`, to one device's registration token (never
+        a topic: any install of the app may subscribe to one)."""
         return {
             "message": {
-                "topic": f"user-{self.user_id}",
+                "token": token,
                 "notification": {"title": self.title, "body": self.body},
                 "data": self.data,
                 "android": {"collapse_key": self.collapse_key},
@@ -43,6 +40,12 @@ class PushNotification:
             "event_id": self.data["event_id"],
         }
 
+    def webpush_payload(self) -> dict:
+        """What a service worker's `push` event reads (`event.data.json()`): the title and the
+        options of `showNotification` (`tag` replaces an earlier notification of the same thing),
+        and the event's data."""
+        return {"title": self.title, "body": self.body, "tag": self.collapse_key, "data": self.data}
+
 
 # What each event type tells the resource's owner: a title, and a body filled from the resource
 # as the event recorded it. Other types (products' among them) notify nobody.
@@ -54,9 +57,14 @@ _MESSAGES = {
 }
 
 
+def notifies(event: Event) -> bool:
+    """Does `event` notify someone (its owner, of something there is a message for)?"""
+    return event.owner_id is not None and event.type in _MESSAGES
+
+
 def notification_for(event: Event) -> PushNotification | None:
     """The notification `event` sends its owner, or None (no owner, or nothing to say)."""
-    if event.owner_id is None or event.type not in _MESSAGES:
+    if not notifies(event):
         return None
     title, body = _MESSAGES[event.type]
     data = {
@@ -72,33 +80,3 @@ def notification_for(event: Event) -> PushNotification | None:
         data=data,
         collapse_key=f"{event.resource_type}-{event.resource_id}",
     )
-
-
-class Transport(Protocol):
-    def send(self, notification: PushNotification) -> None: ...
-
-
-class LogTransport:
-    """Writes each notification as a JSON line, in both shapes (for development and audits)."""
-
-    def send(self, notification: PushNotification) -> None:
-        log.info(
-            "push notification",
-            extra={
-                "fields": {
-                    "user_id": notification.user_id,
-                    "fcm": notification.fcm_message(),
-                    "apns": notification.apns_payload(),
-                }
-            },
-        )
-
-
-class NoTransport:
-    def send(self, notification: PushNotification) -> None:
-        pass
-
-
-def transport(name: str) -> Transport:
-    """The transport that PUSH_TRANSPORT names."""
-    return {"log": LogTransport, "none": NoTransport}[name]()

@@ -1,0 +1,122 @@
+"""Devices: a user registers the devices that get their push notifications (FCM, APNs, Web
+Push), and an admin reads what was sent to each. Without `admin` a caller reaches only its own
+user's devices; another user's are 404, as if absent. Tokens are never shown back.
+"""
+
+import re
+from urllib.parse import urlsplit
+
+import flask
+from connexion.exceptions import ProblemException
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from handlers.webhooks import represent_delivery, with_attempts
+from models import Device, PushAttempt, PushDelivery, User
+from shopapi.auth.security import current_principal
+from shopapi.events import webhook_targets
+from shopapi.events.push.sending import b64url_decode
+from shopapi.web.listing import list_response
+from shopapi.web.problems import ValidationProblem
+from shopapi.web.responses import created
+
+# An APNs device token is hex (32 bytes today; Apple asks providers not to rely on the length).
+_APNS_TOKEN = re.compile(r"[0-9A-Fa-f]{64,200}")
+
+
+def represent(device: Device) -> dict:
+    return {
+        "id": device.id,
+        "platform": device.platform,
+        "token_hint": device.token_hint,
+        "removed_at": device.removed_at,
+        "removed_reason": device.removed_reason,
+        "created_at": device.created_at,
+        "updated_at": device.updated_at,
+    }
+
+
+def _user(user_id: int) -> int:
+    if not current_principal().reaches(user_id):
+        raise User.DoesNotExist
+    return User.get_by_id(user_id).id
+
+
+def _device(user_id: int, id: int) -> Device:
+    return Device.get((Device.user == _user(user_id)) & (Device.id == id))
+
+
+def _bad(pointer: str, detail: str) -> ValidationProblem:
+    return ValidationProblem([{"pointer": pointer, "detail": detail}])
+
+
+def _token_of(body: dict) -> tuple[str, str, dict]:
+    """The device's token (a Web Push endpoint), what the API shows of it, and its Web Push
+    keys; 400 naming the field for anything a push service would refuse."""
+    platform = body["platform"]
+    wanted, unwanted = (
+        ("subscription", "token") if platform == "webpush" else ("token", "subscription")
+    )
+    if wanted not in body:
+        raise _bad(f"/{wanted}", f"A {platform} device is registered with its {wanted}.")
+    if unwanted in body:
+        raise _bad(f"/{unwanted}", f"A {platform} device has no {unwanted}.")
+    if platform != "webpush":
+        token = body["token"]
+        if platform == "apns":
+            if not _APNS_TOKEN.fullmatch(token):
+                raise _bad("/token", "An APNs device token is hexadecimal (64 digits or more).")
+            token = token.lower()
+        return token, "…" + token[-6:], {}
+    return _subscription(body["subscription"])
+
+
+def _subscription(subscription: dict) -> tuple[str, str, dict]:
+    endpoint, keys = subscription["endpoint"], subscription["keys"]
+    allow_private = flask.current_app.config["WEBPUSH_ALLOW_PRIVATE"]
+    refusal = webhook_targets.refusal(endpoint, allow_private)
+    if refusal is None and not allow_private and urlsplit(endpoint).scheme.lower() != "https":
+        refusal = "must be an https URL"
+    if refusal:
+        raise _bad("/subscription/endpoint", f"The endpoint {refusal}.")
+    try:
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b64url_decode(keys["p256dh"]))
+    except ValueError:
+        raise _bad("/subscription/keys/p256dh", "This is not a P-256 public key.") from None
+    if len(b64url_decode(keys["auth"])) != 16:
+        raise _bad("/subscription/keys/auth", "The authentication secret is 16 bytes.")
+    parts = urlsplit(endpoint)
+    return endpoint, f"{parts.scheme}://{parts.netloc}", keys
+
+
+def list_devices(user_id, **params):
+    devices = Device.select().where(Device.user == _user(user_id))
+    return list_response(Device, devices, params, represent)
+
+
+def register_device(user_id, body):
+    token, hint, keys = _token_of(body)
+    device, new = Device.register(_user(user_id), body["platform"], token, hint, keys)
+    return created(represent(device), device.id) if new else represent(device)
+
+
+def get_device(user_id, id):
+    return represent(_device(user_id, id))
+
+
+def delete_device(user_id, id):
+    _device(user_id, id).delete_instance()  # its deliveries go with it (ON DELETE CASCADE)
+
+
+def list_device_deliveries(user_id, device_id, **params):
+    deliveries = PushDelivery.select().where(PushDelivery.device == _device(user_id, device_id))
+    fetch = with_attempts(PushAttempt)
+    return list_response(PushDelivery, deliveries, params, represent_delivery, fetch=fetch)
+
+
+def get_vapid_public_key():
+    public_key = flask.current_app.config["VAPID_PUBLIC_KEY"]
+    if public_key is None:
+        raise ProblemException(
+            status=404, title="Not Found", detail="This server does not send Web Push."
+        )
+    return {"public_key": public_key}

@@ -1,0 +1,151 @@
+"""A user's devices (FCM, APNs, Web Push) and the push deliveries of notifications to each:
+made at fan-out, attempted under a lease like webhook deliveries (models/delivery.py)."""
+
+import datetime
+import hashlib
+
+import peewee
+
+from models.base import BaseModel
+from models.db import database, is_postgresql
+from models.delivery import Attempt, LeasedDelivery, Retries
+from models.event import Event
+from models.fields import UTCDateTimeField, utc_now
+from models.user import User
+
+PLATFORMS = ("fcm", "apns", "webpush")
+
+
+def token_digest(platform: str, token: str) -> str:
+    """What identifies a device among all: its platform and token (a Web Push endpoint)."""
+    return hashlib.sha256(f"{platform}:{token}".encode()).hexdigest()
+
+
+class Device(BaseModel):
+    user = peewee.ForeignKeyField(User, backref="devices", on_delete="CASCADE")
+    platform = peewee.CharField(max_length=8)
+    # The FCM registration token, the APNs device token, or the Web Push endpoint: kept as it
+    # is (the worker sends to it), shown to no one but as a hint.
+    token = peewee.TextField()
+    token_digest = peewee.CharField(max_length=64, unique=True)
+    # What the API shows of the token: its last characters, or a Web Push endpoint's origin.
+    token_hint = peewee.CharField(max_length=300)
+    # Web Push only: the browser's P-256 public key and authentication secret (base64url).
+    p256dh = peewee.CharField(max_length=100, null=True)
+    auth = peewee.CharField(max_length=50, null=True)
+    # Set when the push service said the token is no longer valid: nothing more is sent to it.
+    removed_at = UTCDateTimeField(null=True)
+    removed_reason = peewee.TextField(null=True)
+
+    @classmethod
+    def register(
+        cls, user_id: int, platform: str, token: str, hint: str, keys: dict
+    ) -> tuple["Device", bool]:
+        """The device with this token, now `user_id`'s and active, and whether it is new. The
+        same token registered again is the same device (its Web Push keys renewed); a token
+        another user had registered moves to `user_id`, whose app now holds it."""
+        digest = token_digest(platform, token)
+        with database.atomic():
+            query = cls.select().where(cls.token_digest == digest)
+            device = (query.for_update() if is_postgresql() else query).first()
+            if device is not None and device.user_id != user_id:
+                device.delete_instance()  # the other user's deliveries to it go with it
+                device = None
+            if device is None:
+                device = cls(
+                    user=user_id,
+                    platform=platform,
+                    token=token,
+                    token_digest=digest,
+                    token_hint=hint,
+                )
+                created = True
+            else:
+                created = False
+            device.p256dh, device.auth = keys.get("p256dh"), keys.get("auth")
+            device.removed_at = device.removed_reason = None
+            device.save()
+        return device, created
+
+    def remove(self, reason: str) -> None:
+        now = utc_now()
+        Device.update(removed_at=now, removed_reason=reason, updated_at=now).where(
+            Device.id == self.id
+        ).execute()
+
+    @classmethod
+    def active_of(cls, user_ids: set[int]) -> dict[int, list["Device"]]:
+        """The devices that notifications go to, of each of `user_ids`."""
+        devices: dict[int, list[Device]] = {}
+        if user_ids:
+            query = cls.select().where(cls.user.in_(list(user_ids)), cls.removed_at.is_null())
+            for device in query.order_by(cls.id):
+                devices.setdefault(device.user_id, []).append(device)
+        return devices
+
+
+class PushDelivery(LeasedDelivery):
+    """One event's notification to one device."""
+
+    device = peewee.ForeignKeyField(Device, backref="deliveries", on_delete="CASCADE")
+    event = peewee.ForeignKeyField(Event, on_delete="CASCADE")
+
+    @classmethod
+    def fan_out(cls, events: list[Event]) -> None:
+        """A delivery of each of `events` to each active device of its owner (in the fan-out's
+        transaction). `events` are those that notify someone."""
+        devices = Device.active_of({event.owner_id for event in events})
+        rows = [
+            {"device": device.id, "event": event.id}
+            for event in events
+            for device in devices.get(event.owner_id, ())
+        ]
+        if rows:
+            cls.insert_many(rows).execute()
+
+    @classmethod
+    def claim_due(cls, attempt_seconds: float) -> "PushDelivery | None":
+        """Lease the oldest push delivery due now to an active device (with the device and the
+        event), for an attempt that ends within `attempt_seconds`; or None."""
+        query = (
+            cls.select(cls, Device, Event)
+            .join_from(cls, Device)
+            .join_from(cls, Event)
+            .where(cls.due(utc_now()), Device.removed_at.is_null())
+            .order_by(cls.id)
+        )
+        return cls.lease_first(query, attempt_seconds)
+
+    def record(
+        self,
+        outcome: dict,
+        verdict: str,
+        retries: Retries,
+        retry_after: float | None = None,
+    ) -> tuple[int, str]:
+        """Keep the attempt and apply `verdict` (`delivered`, `retry`, `unregistered`: the token
+        is no longer valid, which removes the device, or `failed`). A retry waits for the
+        backoff, and at least `retry_after` seconds when the service said so. Returns the
+        attempt's number and its verdict (`failed` once a retry has no attempts left)."""
+
+        def decided(number: int) -> str:
+            return retries.after_failure(number) if verdict == "retry" else verdict
+
+        not_before = None
+        if retry_after is not None:
+            not_before = utc_now() + datetime.timedelta(seconds=retry_after)
+        with database.atomic():
+            number, settled, _ = self.record_attempt(
+                PushAttempt, outcome, decided, retries, not_before
+            )
+            if settled == "unregistered":
+                self.device.remove(outcome.get("error") or "the push service refused the token")
+                # Nothing more goes to it: its other pending deliveries fail unsent.
+                PushDelivery.update(status="failed", leased_until=None, updated_at=utc_now()).where(
+                    PushDelivery.device == self.device_id, PushDelivery.status == "pending"
+                ).execute()
+        return number, settled
+
+
+class PushAttempt(Attempt):
+    delivery = peewee.ForeignKeyField(PushDelivery, backref="attempt_log", on_delete="CASCADE")

@@ -1,0 +1,117 @@
+"""Devices through the API: registering (idempotent), listing, removing, who reaches whose,
+what is refused, and the Web Push key. Delivery to them is tests/test_push.py."""
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from support.helpers import assert_problem, bearer, bearer_for, create_user
+from support.push_services import BrowserSubscription, b64url
+
+FCM_TOKEN = "fGx1-example:APA91bH" + "x" * 140 + "tail42"
+APNS_TOKEN = "A0" * 32
+
+
+def _as(app, user):
+    client = app.test_client()
+    client.headers.update(bearer_for(user))
+    return client
+
+
+def test_a_user_registers_a_device_once_and_sees_only_a_hint_of_its_token(app, client):
+    user = create_user(client)
+    own = _as(app, user)
+    devices = f"/v1/users/{user['id']}/devices"
+    first = own.post(devices, json={"platform": "fcm", "token": FCM_TOKEN})
+    assert first.status_code == 201, first.text
+    device = first.json()
+    assert first.headers["location"] == f"{devices}/{device['id']}"
+    assert device["platform"] == "fcm"
+    assert device["token_hint"] == "…tail42"
+    assert device["removed_at"] is None
+    assert FCM_TOKEN not in first.text
+
+    again = own.post(devices, json={"platform": "fcm", "token": FCM_TOKEN})
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == device["id"]
+    apns = own.post(devices, json={"platform": "apns", "token": APNS_TOKEN}).json()
+    assert apns["token_hint"] == "…a0a0a0"  # kept in lower case, as APNs writes it
+
+    listed = own.get(devices, params={"sort": "id"}).json()["data"]
+    assert [d["id"] for d in listed] == [device["id"], apns["id"]]
+    assert own.get(f"{devices}/{device['id']}").json() == again.json()
+    assert own.delete(f"{devices}/{device['id']}").status_code == 204
+    assert_problem(own.get(f"{devices}/{device['id']}"), 404)
+
+
+def test_another_users_devices_are_404_and_an_admin_reaches_them(app, client):
+    user, other = create_user(client), create_user(client)
+    devices = f"/v1/users/{user['id']}/devices"
+    created = client.post(devices, json={"platform": "fcm", "token": FCM_TOKEN})
+    assert created.status_code == 201  # an admin registers for anyone
+    intruder = _as(app, other)
+    assert_problem(intruder.get(devices), 404)
+    assert_problem(intruder.post(devices, json={"platform": "fcm", "token": "t-1"}), 404)
+    assert_problem(intruder.get(f"{devices}/{created.json()['id']}"), 404)
+    assert_problem(intruder.delete(f"{devices}/{created.json()['id']}"), 404)
+    # What was sent to a device is an admin's to read.
+    deliveries = f"{devices}/{created.json()['id']}/deliveries"
+    assert_problem(_as(app, user).get(deliveries), 403)
+    assert client.get(deliveries).json()["data"] == []
+
+
+def test_a_token_registered_by_another_user_moves_to_them(app, client):
+    before, after = create_user(client), create_user(client)
+    body = {"platform": "fcm", "token": FCM_TOKEN}
+    old = _as(app, before).post(f"/v1/users/{before['id']}/devices", json=body).json()
+    moved = _as(app, after).post(f"/v1/users/{after['id']}/devices", json=body)
+    assert moved.status_code == 201
+    assert _as(app, before).get(f"/v1/users/{before['id']}/devices").json()["data"] == []
+    assert moved.json()["id"] != old["id"]
+
+
+def test_a_web_push_subscription_is_checked(app_with):
+    client = app_with(webpush_allow_private=False).test_client()
+    client.headers.update(bearer())
+    user = create_user(client)
+    devices = f"/v1/users/{user['id']}/devices"
+    browser = BrowserSubscription.new("https://push.example.net/wpush/v2/gAAAAABl-abc")
+    good = {"platform": "webpush", "subscription": browser.to_json()}
+    created = client.post(devices, json=good)
+    assert created.status_code == 201, created.text
+    assert created.json()["token_hint"] == "https://push.example.net"
+
+    def refused(change: dict, pointer: str):
+        body = {**good, "subscription": {**good["subscription"], **change}}
+        problem = assert_problem(client.post(devices, json=body), 400)
+        assert [e.get("pointer") for e in problem["errors"]] == [pointer], problem
+
+    refused({"endpoint": "https://127.0.0.1/push"}, "/subscription/endpoint")
+    refused({"endpoint": "https://localhost/push"}, "/subscription/endpoint")
+    not_on_curve = b64url(b"\x04" + b"\x01" * 64)
+    refused(
+        {"keys": {"p256dh": not_on_curve, "auth": b64url(b"a" * 16)}}, "/subscription/keys/p256dh"
+    )
+    problem = assert_problem(client.post(devices, json={"platform": "webpush", "token": "x"}), 400)
+    assert problem["errors"][0]["pointer"] == "/subscription"
+    problem = assert_problem(client.post(devices, json={"platform": "apns", "token": "xyz"}), 400)
+    assert problem["errors"][0]["pointer"] == "/token"
+
+
+def test_the_vapid_public_key_is_published_when_web_push_is_set_up(client, app_with):
+    unconfigured = app_with(vapid_private_key=None, vapid_subject=None).test_client()
+    unconfigured.headers.update(bearer())
+    assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    configured = app_with(vapid_private_key=pem, vapid_subject="mailto:ops@example.com")
+    reader = configured.test_client()
+    reader.headers.update(bearer_for(create_user(client)))
+    answer = reader.get("/v2/push/vapid-public-key")
+    assert answer.status_code == 200, answer.text
+    point = key.public_key().public_bytes(
+        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+    )
+    assert answer.json() == {"public_key": b64url(point)}

@@ -1,0 +1,371 @@
+"""Push delivery as the worker makes it (its fan-out and one delivery thread's job, called
+here), to real local push services that check what the real ones check: Web Push (VAPID, an
+aes128gcm body a browser's keys decrypt), FCM HTTP v1 (an OAuth token from the service
+account's JWT grant) and APNs (HTTP/2 over TLS, an ES256 provider token)."""
+
+import datetime
+import logging
+import time
+import urllib.parse
+
+import orjson
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jose import jwt
+from support.helpers import bearer, bearer_for, create_product, create_user, place_order
+from support.push_services import (
+    BrowserSubscription,
+    Http2Service,
+    Service,
+    self_signed_certificate,
+    unb64url,
+    verify_es256,
+)
+
+from models import Event
+from models.delivery import Retries
+from shopapi.events import push
+from shopapi.events.push import sending
+from shopapi.events.worker import fan_out, push_one
+from shopapi.settings import Settings
+
+PROJECT = "demo-project"
+TEAM, KEY_ID, TOPIC = "TEAM123456", "KEY1234567", "com.example.shop"
+
+
+def _pem(key) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("push-keys")
+    cert_file, key_file = self_signed_certificate(str(directory))
+    return {
+        "vapid": ec.generate_private_key(ec.SECP256R1()),
+        "service_account": rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        "apns": ec.generate_private_key(ec.SECP256R1()),
+        "tls": (cert_file, key_file),
+    }
+
+
+def _settings(keys, **changes) -> Settings:
+    values = {
+        "push_transport": "send",
+        "vapid_private_key": _pem(keys["vapid"]),
+        "vapid_subject": "mailto:ops@example.com",
+        "webpush_allow_private": True,
+        "webhook_timeout_seconds": 10.0,
+        **changes,
+    }
+    return Settings(**values)
+
+
+def _run_worker(settings: Settings) -> int:
+    """What the worker's threads do until nothing is due: fan out, then push. Returns how many
+    attempts were made."""
+    senders = sending.senders(settings)
+    retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
+    while fan_out():
+        pass
+    attempts = 0
+    while push_one(senders, retries, settings.webhook_timeout_seconds):
+        attempts += 1
+    return attempts
+
+
+def _client(app, user=None):
+    client = app.test_client()
+    client.headers.update(bearer_for(user) if user else bearer())
+    return client
+
+
+def _register(client, user, **body) -> dict:
+    answer = client.post(f"/v1/users/{user['id']}/devices", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+def _deliveries(admin, user, device) -> list[dict]:
+    path = f"/v1/users/{user['id']}/devices/{device['id']}/deliveries"
+    answer = admin.get(path, params={"sort": "id"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["data"]
+
+
+def _order_for(admin, customer) -> dict:
+    order = place_order(admin, customer, (create_product(admin, stock=5), 1))
+    assert order.status_code == 201, order.text
+    return order.json()
+
+
+def test_web_push_reaches_the_browser_encrypted_and_signed(app_with, keys):
+    settings = _settings(keys)
+    app = app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+    admin = _client(app)
+    customer = create_user(admin)
+    own = _client(app, customer)
+    published = own.get("/v1/push/vapid-public-key").json()["public_key"]
+
+    def push_service(request):
+        return 410 if request.path.startswith("/gone") else (201, {"Location": "/m/1"}, b"")
+
+    with Service(push_service) as service:
+        browser = BrowserSubscription.new(f"{service.url}/wpush/v2/subscription-1")
+        stale = BrowserSubscription.new(f"{service.url}/gone/subscription-2")
+        device = _register(own, customer, platform="webpush", subscription=browser.to_json())
+        gone = _register(own, customer, platform="webpush", subscription=stale.to_json())
+        order = _order_for(admin, customer)
+        # The welcome and the order to each; the stale subscription's first 410 removed it.
+        assert _run_worker(settings) == 3
+        _order_for(admin, customer)
+        assert _run_worker(settings) == 1  # to the live subscription only
+
+    received = [r for r in service.requests if r.path.startswith("/wpush/")]
+    assert len(received) == 3
+    assert len(service.requests) == 4
+    vapid_public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), unb64url(published))
+    messages = []
+    for request in received:
+        assert request.headers["content-encoding"] == "aes128gcm"
+        assert int(request.headers["ttl"]) > 0
+        scheme, _, params = request.headers["authorization"].partition(" ")
+        assert scheme == "vapid"
+        fields = dict(part.strip().split("=", 1) for part in params.split(","))
+        assert fields["k"] == published
+        header, claims = verify_es256(fields["t"], vapid_public)
+        assert header["alg"] == "ES256"
+        origin = urllib.parse.urlsplit(service.url)
+        assert claims["aud"] == f"{origin.scheme}://{origin.netloc}"
+        assert time.time() < claims["exp"] <= time.time() + 24 * 3600
+        assert claims["sub"] == "mailto:ops@example.com"
+        messages.append(orjson.loads(browser.decrypt(request.body)))
+    welcome, placed, _ = sorted(messages, key=lambda m: int(m["data"]["event_id"]))
+    assert welcome["title"] == "Welcome"
+    assert placed == {
+        "title": "Order placed",
+        "body": f"Your order {order['id']} has been placed",
+        "tag": f"order-{order['id']}",
+        "data": {
+            "event_id": placed["data"]["event_id"],
+            "type": "order.created",
+            "resource_type": "order",
+            "resource_id": str(order["id"]),
+        },
+    }
+
+    delivered = _deliveries(admin, customer, device)
+    assert [(d["status"], [a["response_status"] for a in d["attempts"]]) for d in delivered] == [
+        ("delivered", [201]),
+        ("delivered", [201]),
+        ("delivered", [201]),
+    ]
+    # 410: the subscription is gone; the device is removed, nothing more is sent to it.
+    removed = own.get(f"/v1/users/{customer['id']}/devices/{gone['id']}").json()
+    assert removed["removed_at"] is not None
+    assert "410" in removed["removed_reason"]
+    tried, untried = _deliveries(admin, customer, gone)
+    assert [a["response_status"] for a in tried["attempts"]] == [410]
+    assert (tried["status"], untried["status"], untried["attempts"]) == ("failed", "failed", [])
+
+
+def test_fcm_gets_each_token_its_message_with_an_oauth_token_from_the_service_account(
+    app, client, keys
+):
+    account = keys["service_account"]
+    public_pem = account.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    issued = []
+
+    def token_endpoint(request):
+        form = dict(urllib.parse.parse_qsl(request.body.decode()))
+        assert form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        claims = jwt.decode(
+            form["assertion"], public_pem.decode(), algorithms=["RS256"], audience=token_uri
+        )
+        assert claims["iss"] == "push@demo-project.iam.gserviceaccount.com"
+        assert claims["scope"] == "https://www.googleapis.com/auth/firebase.messaging"
+        assert jwt.get_unverified_header(form["assertion"])["kid"] == "key-1"
+        issued.append(f"ya29.token-{len(issued) + 1}")
+        body = {"access_token": issued[-1], "expires_in": 3599, "token_type": "Bearer"}
+        return 200, {"Content-Type": "application/json"}, orjson.dumps(body)
+
+    def fcm(request):
+        if request.headers.get("authorization") != f"Bearer {issued[-1]}":
+            return 401, {}, b'{"error": {"code": 401, "status": "UNAUTHENTICATED"}}'
+        assert request.path == f"/v1/projects/{PROJECT}/messages:send"
+        token = orjson.loads(request.body)["message"]["token"]
+        if token == "gone-token":
+            error = {
+                "code": 404,
+                "status": "NOT_FOUND",
+                "message": "Requested entity was not found.",
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                        "errorCode": "UNREGISTERED",
+                    }
+                ],
+            }
+            return 404, {"Content-Type": "application/json"}, orjson.dumps({"error": error})
+        if token == "busy-token":
+            error = {
+                "code": 429,
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [{"errorCode": "QUOTA_EXCEEDED"}],
+            }
+            return 429, {"Retry-After": "120"}, orjson.dumps({"error": error})
+        return 200, {"Content-Type": "application/json"}, b'{"name": "projects/p/messages/1"}'
+
+    with Service(token_endpoint) as oauth, Service(fcm) as service:
+        token_uri = f"{oauth.url}/token"
+        settings = _settings(
+            keys,
+            fcm_base_url=service.url,
+            fcm_service_account={
+                "project_id": PROJECT,
+                "private_key": _pem(account),
+                "private_key_id": "key-1",
+                "client_email": "push@demo-project.iam.gserviceaccount.com",
+                "token_uri": token_uri,
+            },
+        )
+        customer = create_user(client)
+        own = _client(app, customer)
+        devices = {
+            name: _register(own, customer, platform="fcm", token=name)
+            for name in ("live-token", "gone-token", "busy-token")
+        }
+        order = _order_for(client, customer)
+        # Each device: the welcome and the order. The gone one's first answer removes it.
+        started = datetime.datetime.now(datetime.UTC)
+        assert _run_worker(settings) == 5
+
+    assert len(oauth.requests) == 1  # one access token, kept for every send
+    sent = [orjson.loads(r.body)["message"] for r in service.requests]
+    to_live = [m for m in sent if m["token"] == "live-token"]
+    assert to_live[1] == {
+        "token": "live-token",
+        "notification": {
+            "title": "Order placed",
+            "body": f"Your order {order['id']} has been placed",
+        },
+        "data": {
+            "event_id": to_live[1]["data"]["event_id"],
+            "type": "order.created",
+            "resource_type": "order",
+            "resource_id": str(order["id"]),
+        },
+        "android": {"collapse_key": f"order-{order['id']}"},
+    }
+    assert all("topic" not in message for message in sent)
+
+    live = _deliveries(client, customer, devices["live-token"])
+    assert [d["status"] for d in live] == ["delivered", "delivered"]
+    gone = own.get(f"/v1/users/{customer['id']}/devices/{devices['gone-token']['id']}").json()
+    assert "UNREGISTERED" in gone["removed_reason"]
+    busy = _deliveries(client, customer, devices["busy-token"])
+    assert [d["status"] for d in busy] == ["pending", "pending"]
+    for delivery in busy:
+        [attempt] = delivery["attempts"]
+        assert attempt["response_status"] == 429
+        due = datetime.datetime.fromisoformat(delivery["next_attempt_at"])
+        # Not before the Retry-After, whatever the backoff (30 s at first) would have said.
+        assert due >= started + datetime.timedelta(seconds=120)
+
+
+def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, client, keys):
+    cert_file, key_file = keys["tls"]
+    apns_public = keys["apns"].public_key()
+
+    def apns(request):
+        scheme, _, token = request.headers["authorization"].partition(" ")
+        assert scheme == "bearer"
+        header, claims = verify_es256(token, apns_public)
+        assert (header["alg"], header["kid"]) == ("ES256", KEY_ID)
+        assert claims["iss"] == TEAM
+        assert abs(claims["iat"] - time.time()) < 3600
+        assert request.headers["apns-topic"] == TOPIC
+        assert request.headers["apns-push-type"] == "alert"
+        assert request.headers["apns-collapse-id"].startswith(("order-", "user-"))
+        device_token = request.path.removeprefix("/3/device/")
+        if device_token == "b" * 64:
+            return 410, {"apns-id": "1"}, b'{"reason": "Unregistered", "timestamp": 1700000000000}'
+        if device_token == "c" * 64:
+            return 400, {}, b'{"reason": "BadDeviceToken"}'
+        return 200, {"apns-id": "2"}, b""
+
+    with Http2Service(apns, cert_file, key_file) as service:
+        settings = _settings(
+            keys,
+            apns_key=_pem(keys["apns"]),
+            apns_key_id=KEY_ID,
+            apns_team_id=TEAM,
+            apns_topic=TOPIC,
+            apns_base_url=service.url,
+            apns_ca_file=cert_file,
+        )
+        customer = create_user(client)
+        own = _client(app, customer)
+        devices = {
+            letter: _register(own, customer, platform="apns", token=letter * 64) for letter in "abc"
+        }
+        order = _order_for(client, customer)
+        assert _run_worker(settings) == 4  # two to the good one; one each to the others
+
+    assert set(service.protocols) == {"h2"}
+    assert len({r.headers["authorization"] for r in service.requests}) == 1  # reused
+    to_good = [orjson.loads(r.body) for r in service.requests if r.path.endswith("a" * 64)]
+    assert to_good[1] == {
+        "aps": {
+            "alert": {"title": "Order placed", "body": f"Your order {order['id']} has been placed"},
+            "thread-id": f"order-{order['id']}",
+        },
+        "event_id": to_good[1]["event_id"],
+    }
+    assert [d["status"] for d in _deliveries(client, customer, devices["a"])] == [
+        "delivered",
+        "delivered",
+    ]
+    listed = {d["id"]: d for d in own.get(f"/v1/users/{customer['id']}/devices").json()["data"]}
+    assert "410" in listed[devices["b"]["id"]]["removed_reason"]
+    assert "BadDeviceToken" in listed[devices["c"]["id"]]["removed_reason"]
+    assert listed[devices["a"]["id"]]["removed_at"] is None
+
+
+def test_push_transport_log_writes_each_notification_and_none_makes_no_deliveries(client, caplog):
+    customer = create_user(client)
+    client.post(f"/v1/users/{customer['id']}/devices", json={"platform": "fcm", "token": "t"})
+    with caplog.at_level(logging.INFO, logger="shopapi.push"):
+        assert _run_worker(Settings(push_transport="log")) == 1
+    [line] = [r for r in caplog.records if r.message == "push notification"]
+    assert line.fields["message"]["message"]["notification"]["title"] == "Welcome"
+    _order_for(client, customer)
+    assert fan_out(push_deliveries=False) > 0  # the product and the order: no push deliveries
+    assert _run_worker(Settings(push_transport="log")) == 0
+
+
+def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
+    data = orjson.dumps({"id": 7, "name": "Ada"}).decode()
+    user = Event(
+        id=4, type="user.created", resource_type="user", resource_id=7, owner_id=7, data=data
+    )
+    notification = push.notification_for(user)
+    assert (notification.user_id, notification.title, notification.body) == (
+        7,
+        "Welcome",
+        "Welcome, Ada: your account is ready",
+    )
+    low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
+    assert push.notification_for(low) is None
+    assert not push.notifies(low)
