@@ -65,9 +65,12 @@ class EventStreamMiddleware:
         subscription = self._subscribe(scope, principal, resource_types)
         metrics.EVENT_STREAMS.inc()
         try:
-            head = await self.streams.current_head()
+            if last_event_id is None:  # from the newest event on, whatever the poller has read
+                start, catch_up_to = await self.streams.read(Event.latest_id), None
+            else:
+                start, catch_up_to = last_event_id, await self.streams.current_head()
             stream = _Stream(scope, send, principal, subscription)
-            await stream.run(self, head, last_event_id, receive)
+            await stream.run(self, start, catch_up_to, receive)
         finally:
             metrics.EVENT_STREAMS.dec()
             self.streams.unsubscribe(subscription)
@@ -103,15 +106,15 @@ class _Stream:
         self.subscription = subscription
         self.version = version_of_path(scope["path"])
 
-    async def run(self, layer: EventStreamMiddleware, head: int, resume_after, receive) -> None:
-        self.last = head if resume_after is None else resume_after
+    async def run(self, layer: EventStreamMiddleware, start: int, catch_up_to, receive) -> None:
+        self.last = start
         watcher = asyncio.create_task(self._watch_disconnect(receive))
         try:
             await self.send({"type": "http.response.start", "status": 200, "headers": HEADERS})
             # The position first: a client that reconnects before any event resumes from it.
             await self._write(f"retry: {RETRY_MS}\nid: {self.last}\n\n".encode())
-            if resume_after is not None and resume_after < head:
-                await self._catch_up(layer.streams, head)
+            if catch_up_to is not None and start < catch_up_to:
+                await self._catch_up(layer.streams, catch_up_to)
             await self._live(layer.heartbeat_seconds, layer.max_seconds)
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
