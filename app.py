@@ -47,7 +47,7 @@ from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
 from shopapi.pipeline.draining import Drain
-from shopapi.pipeline.event_stream import OPERATION_ID as EVENT_STREAM, EventStreamMiddleware
+from shopapi.pipeline.event_stream import EventStreamMiddleware
 from shopapi.pipeline.exact_paths import (
     ExactRoutingMiddleware,
     ExactSwaggerUIMiddleware,
@@ -206,7 +206,7 @@ def pipeline(
             slow_request_ms=settings.slow_request_ms,
             alerts=alerts,
             probes=probes,
-            long_lived=frozenset({EVENT_STREAM}),
+            long_lived=frozenset({EventStreamMiddleware.OPERATION_ID}),
         ),
         # RateLimit-* headers on every response, the 429s and errors made below included.
         RateLimitHeadersMiddleware,

@@ -236,22 +236,24 @@ async def _open_idle_streams(base: str, count: int, measure) -> int:
     """`measure()` while `count` streams (each its own client's) are open and idle, past a
     heartbeat each."""
     limits = httpx.Limits(max_connections=count)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=WAIT_SECONDS) as client:
-        async with contextlib.AsyncExitStack() as streams:
+    async with (
+        httpx.AsyncClient(base_url=base, limits=limits, timeout=WAIT_SECONDS) as client,
+        contextlib.AsyncExitStack() as streams,
+    ):
 
-            async def open_one(n: int):
-                headers = bearer(f"client:idle-{n}", ["products:read"])
-                response = await streams.enter_async_context(
-                    client.stream("GET", "/v1/events/stream", headers=headers)
-                )
-                assert response.status_code == 200
-                return response.aiter_lines()
+        async def open_one(n: int):
+            headers = bearer(f"client:idle-{n}", ["products:read"])
+            response = await streams.enter_async_context(
+                client.stream("GET", "/v1/events/stream", headers=headers)
+            )
+            assert response.status_code == 200
+            return response.aiter_lines()
 
-            lines = [await open_one(n) for n in range(count)]
-            for stream_lines in lines:  # each has opened, then stayed open until a heartbeat
-                while await anext(stream_lines) != ": keep-alive":
-                    pass
-            return await asyncio.to_thread(measure)
+        lines = [await open_one(n) for n in range(count)]
+        for stream_lines in lines:  # each has opened, then stayed open until a heartbeat
+            while await anext(stream_lines) != ": keep-alive":
+                pass
+        return await asyncio.to_thread(measure)
 
 
 def test_idle_streams_hold_no_database_connection(base, admin, database_url, direct_database_url):

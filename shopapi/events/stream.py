@@ -9,8 +9,6 @@ import contextvars
 import logging
 import time
 
-import peewee
-
 from models import Event
 from models.db import close_connection
 from models.visibility import Viewer
@@ -74,7 +72,6 @@ class EventStreams:
         self._per_caller: collections.Counter[str] = collections.Counter()
         # Every event up to `head` has been handed out (or given up on); None until first read.
         self.head: int | None = None
-        self._head_read: asyncio.Future | None = None
         self._gap_since: float | None = None
         self._poller: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,7 +94,6 @@ class EventStreams:
         self._subscriptions.add(subscription)
         self._per_caller[caller] += 1
         if self._poller is None:
-            self._head_read = self._loop.create_future()
             # Its own context: not the first subscriber's request id, route or anything else.
             self._poller = self._loop.create_task(self._poll(), context=contextvars.Context())
         return subscription
@@ -110,9 +106,12 @@ class EventStreams:
                 del self._per_caller[subscription.caller]
 
     async def current_head(self) -> int:
-        """The id every event up to which has been handed out: where a new stream starts."""
-        if self._head_read is not None and not self._head_read.done():
-            await asyncio.shield(self._head_read)
+        """The id up to which every event has been handed out (read now if the poller has not
+        yet): what a resuming stream catches up to from the database."""
+        if self.head is None:
+            latest = await self.read(Event.latest_id)
+            if self.head is None:
+                self.head = latest
         return self.head
 
     async def read(self, query, *args):
@@ -134,31 +133,31 @@ class EventStreams:
 
     async def _poll(self) -> None:
         try:
+            failing = False
             while self._subscriptions:
                 try:
                     await self._poll_once()
-                except peewee.DatabaseError as error:
-                    log.warning("event stream: reading new events failed: %s", error)
-                    if not self._head_read.done():
-                        self._head_read.set_exception(error)
-                        return
+                    failing = False
+                except Exception as error:  # the poller goes on: a dead one would feed nothing
+                    if not failing:  # once an outage, not every poll
+                        log.warning("event stream: reading new events failed: %s", error)
+                    failing = True
                 await asyncio.sleep(self.poll_seconds)
         finally:
             self._poller = None
-            if self._head_read is not None and not self._head_read.done():
-                self._head_read.cancel()
             if not self._subscriptions:
                 self.head = None  # read again when a stream next opens
 
     async def _poll_once(self) -> None:
         if self.head is None:
-            self.head = await self.read(Event.latest_id)
-            self._head_read.set_result(self.head)
+            latest = await self.read(Event.latest_id)
+            if self.head is None:
+                self.head = latest
             return
         while True:
             events = await self.read(Event.after, self.head, BATCH)
             for event in events:
-                if event.id != self.head + 1 and not self._gap_given_up():
+                if event.id != self.head + 1 and not self._gap_given_up(event.id):
                     return
                 self._gap_since = None
                 self.head = event.id
@@ -167,13 +166,14 @@ class EventStreams:
             if len(events) < BATCH:
                 return
 
-    def _gap_given_up(self) -> bool:
+    def _gap_given_up(self, next_id: int) -> bool:
         now = time.monotonic()
         if self._gap_since is None:
             self._gap_since = now
         given_up = now - self._gap_since >= GAP_WAIT_SECONDS
         if given_up:
-            log.warning("event stream: event %d never committed; going on without it", self.head + 1)
+            missing = f"{self.head + 1}-{next_id - 1}" if next_id > self.head + 2 else self.head + 1
+            log.warning("event stream: no event %s after %s s; going on", missing, GAP_WAIT_SECONDS)
         return given_up
 
 
@@ -181,7 +181,7 @@ def _with_connection(query, *args):
     error = None
     try:
         return query(*args)
-    except peewee.DatabaseError as failure:
+    except Exception as failure:
         error = failure
         raise
     finally:

@@ -3,6 +3,7 @@ poller (shopapi/events/stream.py), so that a waiting stream holds neither a Flas
 database connection. Design: docs/pipeline.md and docs/events.md."""
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -40,6 +41,8 @@ HEARTBEAT = b": keep-alive\n\n"
 class EventStreamMiddleware:
     """Answers the event stream operation once security, the rate limit and validation have let
     it through; every other request goes on inwards."""
+
+    OPERATION_ID = OPERATION_ID
 
     def __init__(
         self, app: ASGIApp, streams: EventStreams, heartbeat_seconds: float, max_seconds: float
@@ -131,7 +134,7 @@ class _Stream:
         while self.subscription.ended is None:
             try:
                 page = await streams.read(Event.after, self.last, BATCH, up_to_head)
-            except peewee.DatabaseError as error:
+            except peewee.PeeweeException as error:
                 log.warning("event stream: catching up failed: %s", error)
                 self.subscription.end("database")
                 return
@@ -160,10 +163,8 @@ class _Stream:
                 beat_at = now + heartbeat_seconds
             subscription.wake.clear()
             if not subscription.waiting and subscription.ended is None:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(subscription.wake.wait(), min(deadline, beat_at) - now)
-                except TimeoutError:
-                    pass
 
     def _message(self, event: Event) -> bytes:
         if event.id <= self.last:  # caught up already, or before where the client resumed
