@@ -1,18 +1,16 @@
 """GET /events/stream: Server-Sent Events from a live uvicorn server, read as they arrive. What
-each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, that idle
-streams hold no database connection, and that open streams end when the server stops."""
+each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, and that
+idle streams hold no database connection (tests/test_draining.py: they end as the server
+stops)."""
 
 import asyncio
 import contextlib
-import json
-import queue
-import signal
-import threading
 import time
 
 import httpx
 import psycopg2
 import pytest
+from support.event_stream import stream
 from support.helpers import (
     WAIT_SECONDS,
     assert_problem,
@@ -23,7 +21,7 @@ from support.helpers import (
     place_order,
     wait_for,
 )
-from support.live import live_server, signalled_server
+from support.live import live_server
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +32,6 @@ SERVER = {
     "EVENT_STREAM_HEARTBEAT_SECONDS": "1",
     "VALIDATE_RESPONSES": "1",
 }
-_ENDED = object()
 
 
 @pytest.fixture(scope="module")
@@ -49,74 +46,6 @@ def base(database_url, direct_database_url):
 def admin(base):
     with httpx.Client(base_url=base, headers=bearer(), timeout=WAIT_SECONDS) as client:
         yield client
-
-
-class Stream:
-    """One event stream, read on a thread of its own into `messages` (dicts of its fields; a
-    comment as {"comment": ...})."""
-
-    def __init__(self, base: str, headers: dict, path: str = "/v1/events/stream"):
-        self.messages: queue.Queue = queue.Queue()
-        self._client = httpx.Client(timeout=httpx.Timeout(WAIT_SECONDS, read=None))
-        self._response = self._client.stream("GET", base + path, headers=headers)
-        self.response = self._response.__enter__()
-        if self.response.status_code == 200:
-            threading.Thread(target=self._read, daemon=True).start()
-            self.opening = self.next_message()  # retry: and the position it starts after
-        else:
-            self.messages.put(_ENDED)
-
-    def _read(self) -> None:
-        fields = {}
-        try:
-            for line in self.response.iter_lines():
-                if not line:
-                    if fields:
-                        self.messages.put(fields)
-                    fields = {}
-                elif line.startswith(":"):
-                    self.messages.put({"comment": line[1:].strip()})
-                else:
-                    name, _, value = line.partition(":")
-                    fields[name] = value.removeprefix(" ")
-        except (httpx.HTTPError, RuntimeError):
-            pass  # closed by the test
-        finally:
-            self.messages.put(_ENDED)
-
-    def next_message(self):
-        message = self.messages.get(timeout=WAIT_SECONDS)
-        assert message is not _ENDED, f"the stream ended ({self.response.status_code})"
-        return message
-
-    def events(self, count: int) -> list[dict]:
-        """The next `count` events (keep-alive comments skipped), each with its data parsed."""
-        events = []
-        while len(events) < count:
-            message = self.next_message()
-            if "data" in message:
-                events.append({**message, "data": json.loads(message["data"])})
-        return events
-
-    def nothing_more(self) -> bool:
-        """Whether only comments are waiting (the events asked for were all that came)."""
-        while not self.messages.empty():
-            if "comment" not in self.messages.get_nowait():
-                return False
-        return True
-
-    def close(self) -> None:
-        self._response.__exit__(None, None, None)
-        self._client.close()
-
-
-@contextlib.contextmanager
-def stream(base: str, headers: dict, path: str = "/v1/events/stream"):
-    opened = Stream(base, headers, path)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _feed_ids(admin, after: int) -> list[int]:
@@ -249,10 +178,12 @@ async def _open_idle_streams(base: str, count: int, measure) -> int:
             assert response.status_code == 200
             return response.aiter_lines()
 
-        lines = [await open_one(n) for n in range(count)]
-        for stream_lines in lines:  # each has opened, then stayed open until a heartbeat
+        async def until_idle(stream_lines):  # open, then nothing but a heartbeat
             while await anext(stream_lines) != ": keep-alive":
                 pass
+
+        lines = await asyncio.gather(*(open_one(n) for n in range(count)))
+        await asyncio.gather(*(until_idle(stream_lines) for stream_lines in lines))
         return await asyncio.to_thread(measure)
 
 
@@ -267,16 +198,3 @@ def test_idle_streams_hold_no_database_connection(base, admin, database_url, dir
     print(f"connections: {none_open} with no stream open, {measured} with {IDLE_STREAMS}")
     # The one poller's read borrows a pooled connection for milliseconds; the streams hold none.
     assert measured <= none_open + 1
-
-
-def test_open_streams_end_when_the_server_stops(database_url):
-    if not database_url.startswith("sqlite"):
-        pytest.skip("the server's shutdown, the same on either database")
-    with signalled_server(database_url, DRAIN_SECONDS="1") as (process, base):
-        with stream(base, bearer()) as open_stream:
-            process.send_signal(signal.SIGTERM)
-            # The drain second, then the stream ends cleanly and the server exits.
-            while open_stream.messages.get(timeout=WAIT_SECONDS) is not _ENDED:
-                pass
-        # uvicorn ends by raising the SIGTERM it deferred again: stopped, not failed.
-        assert process.wait(timeout=WAIT_SECONDS) in (0, -signal.SIGTERM)
