@@ -12,7 +12,7 @@ import httpx
 import psycopg2
 import pytest
 from support.event_stream import ENDED, stream
-from support.helpers import WAIT_SECONDS, bearer, wait_for
+from support.helpers import WAIT_SECONDS, bearer, scalar, wait_for
 from support.live import signalled_server
 
 pytestmark = pytest.mark.slow
@@ -33,13 +33,11 @@ def products_locked(database_url: str):
 
 
 def _inserts_waiting(database_url: str) -> int:
-    with contextlib.closing(psycopg2.connect(database_url)) as connection:
-        cursor = connection.cursor()
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'"
-        )
-        return cursor.fetchone()[0]
+    return scalar(
+        database_url,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'",
+    )
 
 
 def _refused(base: str) -> bool:

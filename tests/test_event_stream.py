@@ -8,7 +8,6 @@ import contextlib
 import time
 
 import httpx
-import psycopg2
 import pytest
 from support.event_stream import stream
 from support.helpers import (
@@ -19,6 +18,7 @@ from support.helpers import (
     create_product,
     create_user,
     place_order,
+    scalar,
     wait_for,
 )
 from support.live import live_server
@@ -152,13 +152,11 @@ def test_a_client_over_its_limit_of_streams_gets_429(base, admin):
 
 
 def _connections(direct_database_url: str) -> int:
-    with contextlib.closing(psycopg2.connect(direct_database_url)) as connection:
-        cursor = connection.cursor()
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return cursor.fetchone()[0]
+    return scalar(
+        direct_database_url,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
 
 
 async def _open_idle_streams(base: str, count: int, measure) -> int:

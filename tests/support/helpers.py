@@ -1,9 +1,12 @@
 """Requests the tests make often, through the API itself, and the credentials they use."""
 
 import base64
+import contextlib
 import itertools
 import json
 import time
+
+import psycopg2
 
 from models.user import ROLE_SCOPES, SCOPES
 from shopapi.auth.tokens import AccessTokens
@@ -107,3 +110,11 @@ def wait_for(condition, what: str):
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {WAIT_SECONDS} s for {what}")
         time.sleep(0.02)
+
+
+def scalar(database_url: str, sql: str):
+    """The one value `sql` answers, asked on a connection of its own straight to PostgreSQL."""
+    with contextlib.closing(psycopg2.connect(database_url)) as connection:
+        cursor = connection.cursor()
+        cursor.execute(sql)
+        return cursor.fetchone()[0]
