@@ -43,10 +43,12 @@ from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
 from shopapi.events.push import webpush
+from shopapi.events.stream import EventStreams
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.deprecation import DeprecationMiddleware
 from shopapi.pipeline.draining import Drain
+from shopapi.pipeline.event_stream import EventStreamMiddleware
 from shopapi.pipeline.exact_paths import (
     ExactRoutingMiddleware,
     ExactSwaggerUIMiddleware,
@@ -105,12 +107,18 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
     use(open_database(settings.database_url, settings.database_pool_size))
     drain = Drain(settings.drain_seconds)
+    streams = EventStreams(
+        settings.event_stream_poll_seconds,
+        max_open=settings.event_stream_max_open,
+        max_per_client=settings.event_stream_max_per_client,
+    )
+    drain.on_stop(streams.close)  # open streams end as the server stops accepting
 
     app = connexion.FlaskApp(
         __name__,
         lifespan=drain.lifespan,
         specification_dir=SPEC_DIR,
-        middlewares=pipeline(settings, api_specs, root_specs, contract_documents),
+        middlewares=pipeline(settings, api_specs, root_specs, contract_documents, streams),
         jsonifier=CompactJsonifier(),
         validator_map=validator_map,
         security_map=security.SECURITY_MAP,
@@ -158,7 +166,11 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
 
 
 def pipeline(
-    settings: Settings, api_specs: list[dict], root_specs: list[dict], contract_documents: dict
+    settings: Settings,
+    api_specs: list[dict],
+    root_specs: list[dict],
+    contract_documents: dict,
+    streams: EventStreams,
 ) -> list:
     """Every layer a request passes through, outermost first; the last hands it to Flask (on the
     WSGIBridge's threads), where the resolver's wrappers (ETags, the version's representation)
@@ -193,12 +205,14 @@ def pipeline(
             validator=is_sane_request_id,
         ),
         # Every response measured once with its final status: metrics, log line, slow alerts.
-        # Health probes apart: a 2xx one neither logged nor counted as a request.
+        # Health probes apart: a 2xx one neither logged nor counted as a request. An event
+        # stream is logged and counted when it ends, but is no slow request.
         partial(
             ObservabilityMiddleware,
             slow_request_ms=settings.slow_request_ms,
             alerts=alerts,
             probes=probes,
+            long_lived=frozenset({EventStreamMiddleware.OPERATION_ID}),
         ),
         # RateLimit-* headers on every response, the 429s and errors made below included.
         RateLimitHeadersMiddleware,
@@ -242,6 +256,15 @@ def pipeline(
         ResponseValidationMiddleware,
         # Connexion's: start-up and shut-down.
         LifespanMiddleware,
+        # The event stream, answered here and not by a Flask thread: its security, rate limit
+        # (one hit a connection) and parameters have been checked; it reads the database only
+        # through its poller, so it sits before the routing of reads and Idempotency-Key.
+        partial(
+            EventStreamMiddleware,
+            streams=streams,
+            heartbeat_seconds=settings.event_stream_heartbeat_seconds,
+            max_seconds=settings.event_stream_max_seconds,
+        ),
         # A valid request that only reads goes to a replica that has its caller's writes (if
         # replicas are configured); anything else to the primary.
         read_routing(settings),

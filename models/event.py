@@ -46,6 +46,21 @@ class Event(peewee.Model):
         of_types = cls.select().where(cls.resource_type.in_(list(resource_types)))
         return viewer.only_seen(of_types, cls.owner_id)
 
+    def is_seen_by(self, viewer: Viewer, resource_types) -> bool:
+        """Whether `viewer` sees this event: `seen_by`'s rule for one event in hand."""
+        return self.resource_type in resource_types and viewer.sees(self.owner_id)
+
+    @classmethod
+    def latest_id(cls) -> int:
+        """The id of the newest event, 0 when there is none."""
+        return cls.select(peewee.fn.MAX(cls.id)).scalar() or 0
+
+    @classmethod
+    def after(cls, event_id: int, batch: int, query: peewee.Select | None = None) -> list["Event"]:
+        """The first `batch` events of `query` (all events) after `event_id`, oldest first."""
+        query = cls.select() if query is None else query
+        return list(query.where(cls.id > event_id).order_by(cls.id).limit(batch))
+
     @classmethod
     def undispatched(cls, batch: int) -> peewee.Select:
         """The oldest `batch` events not fanned out yet; on PostgreSQL locked, skipping those

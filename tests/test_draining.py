@@ -1,6 +1,6 @@
 """SIGTERM drains, under `make serve` (uvicorn) and `make serve-prod` (gunicorn): /readyz turns
 503 at once while every request is still served, new ones too, for DRAIN_SECONDS; then the
-server stops accepting and finishes what is in flight before it exits."""
+server ends its event streams, stops accepting and finishes what is in flight before it exits."""
 
 import concurrent.futures
 import contextlib
@@ -11,7 +11,8 @@ import uuid
 import httpx
 import psycopg2
 import pytest
-from support.helpers import bearer, wait_for
+from support.event_stream import ENDED, stream
+from support.helpers import WAIT_SECONDS, bearer, scalar, wait_for
 from support.live import signalled_server
 
 pytestmark = pytest.mark.slow
@@ -32,13 +33,11 @@ def products_locked(database_url: str):
 
 
 def _inserts_waiting(database_url: str) -> int:
-    with contextlib.closing(psycopg2.connect(database_url)) as connection:
-        cursor = connection.cursor()
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'"
-        )
-        return cursor.fetchone()[0]
+    return scalar(
+        database_url,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'",
+    )
 
 
 def _refused(base: str) -> bool:
@@ -60,6 +59,7 @@ def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, produ
             database_url, production, DRAIN_SECONDS=str(DRAIN_SECONDS), WEB_CONCURRENCY="1"
         ) as (process, base),
         concurrent.futures.ThreadPoolExecutor(1) as pool,
+        stream(base, bearer()) as events,
     ):
         assert httpx.get(f"{base}/readyz").status_code == 200
         new = {"sku": f"DRAIN-{uuid.uuid4().hex[:8].upper()}", "name": "Held", "price_cents": 100}
@@ -74,8 +74,12 @@ def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, produ
             # Still serving, on new connections too, while the balancer takes notice.
             assert httpx.get(f"{base}/healthz").status_code == 200
             assert httpx.get(f"{base}/v1/products", headers=bearer()).status_code == 200
+            assert events.messages.empty()  # the event stream is still open
             wait_for(lambda: _refused(base), "the server to stop accepting")
             assert time.monotonic() - signalled >= DRAIN_SECONDS
+            # The event stream, which would never end by itself, has ended, and cleanly.
+            assert events.messages.get(timeout=WAIT_SECONDS) is ENDED
+            assert events.ended_cleanly
             # Not accepting, but the request in flight is still being served.
             assert process.poll() is None
             assert not held.done()

@@ -100,12 +100,16 @@ class Principal(Viewer):
     def is_admin(self) -> bool:
         return "admin" in self.scopes
 
+    @staticmethod
+    def of(info: dict) -> "Principal":
+        """The principal of the claims a security check accepted (`token_info`)."""
+        return Principal(
+            subject=info["sub"], scopes=frozenset(info["scope"].split()), user_id=info["user_id"]
+        )
+
 
 def current_principal() -> Principal:
-    info = connexion.context.context["token_info"]
-    return Principal(
-        subject=info["sub"], scopes=frozenset(info["scope"].split()), user_id=info["user_id"]
-    )
+    return Principal.of(connexion.context.context["token_info"])
 
 
 REVOKED = (

@@ -9,6 +9,14 @@ from shopapi.web.representations import in_version
 # both fields in every event, `actor_subject` a string and `actor_user_id` nullable.
 HIDDEN_ACTOR = {"actor_subject": "", "actor_user_id": None}
 
+# Whose events a caller reads takes the read scope of their kind of resource.
+_READ_SCOPES = {"product": "products:read", "order": "orders:read", "user": "users:read"}
+
+
+def readable_resource_types(scopes) -> list[str]:
+    """The kinds of resource whose events credentials with `scopes` may read."""
+    return [kind for kind, scope in _READ_SCOPES.items() if scope in scopes]
+
 
 def event_payload(event: Event, version: int, *, shows_actor: bool) -> dict:
     """`event` with its resource snapshot in `version`'s representation (the outbox keeps v1's).

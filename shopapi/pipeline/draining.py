@@ -17,6 +17,17 @@ class Drain:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self._started = threading.Event()
+        self._on_stop = []
+
+    def on_stop(self, callback) -> None:
+        """Call `callback` (from any thread) just before the server stops accepting: for what
+        would otherwise hold its shutdown up, such as responses that never end by themselves."""
+        self._on_stop.append(callback)
+
+    def _stopping(self, server_handler, signum, frame) -> None:
+        for callback in self._on_stop:
+            callback()
+        server_handler(signum, frame)
 
     @property
     def draining(self) -> bool:
@@ -25,10 +36,31 @@ class Drain:
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
         restore = self._defer_sigterm()
+        restore_sigint = self._precede_sigint()
         try:
             yield
         finally:
+            restore_sigint()
             restore()
+
+    def _precede_sigint(self):
+        """SIGINT stops at once, as it did, but ends what `on_stop` names first."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        server_handler = signal.getsignal(signal.SIGINT)
+        if not callable(server_handler) or server_handler is signal.default_int_handler:
+            return lambda: None
+
+        def on_sigint(signum, frame):
+            self._stopping(server_handler, signum, frame)
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+        def restore():
+            if signal.getsignal(signal.SIGINT) is on_sigint:
+                signal.signal(signal.SIGINT, server_handler)
+
+        return restore
 
     def _defer_sigterm(self):
         # Signal handlers belong to the main thread; a test client runs the lifespan elsewhere.
@@ -40,12 +72,12 @@ class Drain:
 
         def on_sigterm(signum, frame):
             if self._started.is_set():  # a second SIGTERM: stop now
-                server_handler(signum, frame)
+                self._stopping(server_handler, signum, frame)
                 return
             self._started.set()
             log.info("SIGTERM: draining for %s s, /readyz answers 503", self.seconds)
             # The server's handler only sets a flag its loop polls: safe from another thread.
-            timer = threading.Timer(self.seconds, server_handler, (signum, None))
+            timer = threading.Timer(self.seconds, self._stopping, (server_handler, signum, None))
             timer.daemon = True
             timer.start()
 

@@ -27,12 +27,16 @@ class ObservabilityMiddleware:
         slow_request_ms: int,
         alerts: AlertWebhook | None = None,
         probes: frozenset[str] = frozenset(),
+        long_lived: frozenset[str] = frozenset(),
     ):
         self.app = app
         self.slow_request_ms = slow_request_ms
         self.alerts = alerts
         # The operations a balancer polls (every second): counted apart, logged when they fail.
         self.probes = probes
+        # Operations whose responses last as long as the client stays (the event stream): their
+        # durations are not latencies, so they stay out of the histogram and the slow alerts.
+        self.long_lived = long_lived
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,9 +73,11 @@ class ObservabilityMiddleware:
             log.info("request", extra={"fields": fields})
             return
         metrics.REQUESTS.labels(operation, method, status).inc()
-        metrics.DURATION.labels(operation, method, status).observe(seconds)
         fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)
         log.info("request", extra={"fields": fields})
+        if operation in self.long_lived:
+            return
+        metrics.DURATION.labels(operation, method, status).observe(seconds)
         if seconds * 1000 > self.slow_request_ms:
             metrics.SLOW_REQUESTS.labels(operation, method).inc()
             log.warning(

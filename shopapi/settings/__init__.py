@@ -143,6 +143,24 @@ class Settings:
     apns_topic: str | None = _setting("APNS_TOPIC", parse.text_or_none)
     apns_base_url: str = _setting("APNS_BASE_URL", parse.url("https"), "https://api.push.apple.com")
     apns_ca_file: str | None = _setting("APNS_CA_FILE", parse.readable_file)
+    # The live event stream (GET /events/stream, pipeline/event_stream.py), per worker process:
+    # a comment this often on an idle stream, so that proxies keep it open; how often new events
+    # are read while any stream is open; open streams per client and in all; and how long one
+    # stream lasts before the client reconnects (with Last-Event-ID; its credentials checked
+    # again, so a revoked or expired one's stream ends within this).
+    event_stream_heartbeat_seconds: float = _setting(
+        "EVENT_STREAM_HEARTBEAT_SECONDS", parse.positive_number, 15.0
+    )
+    event_stream_poll_seconds: float = _setting(
+        "EVENT_STREAM_POLL_SECONDS", parse.positive_number, 0.25
+    )
+    event_stream_max_per_client: int = _setting(
+        "EVENT_STREAM_MAX_PER_CLIENT", parse.integer(1, 10_000), 5
+    )
+    event_stream_max_open: int = _setting("EVENT_STREAM_MAX_OPEN", parse.integer(1, 100_000), 1000)
+    event_stream_max_seconds: int = _setting(
+        "EVENT_STREAM_MAX_SECONDS", parse.integer(1, 24 * 3600), 900
+    )
 
     @classmethod
     def from_env(

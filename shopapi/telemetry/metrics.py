@@ -33,6 +33,11 @@ IN_FLIGHT = Gauge(
     "Requests being handled now.",
     multiprocess_mode="livesum",
 )
+EVENT_STREAMS = Gauge(
+    "event_streams_open",
+    "Live event streams (GET /events/stream) open now; also in http_requests_in_flight.",
+    multiprocess_mode="livesum",
+)
 SLOW_REQUESTS = Counter(
     "http_slow_requests_total",
     "Responses slower than SLOW_REQUEST_MS.",
@@ -42,7 +47,8 @@ RATE_LIMITED = Counter(
     "http_rate_limited_total",
     "Requests refused with 429: over the client's quota (client), after too many failed "
     "authentication attempts from one address (failed_auth), too many wrong passwords for one "
-    "account (failed_login) or too many taken emails tried by one user (email_taken).",
+    "account (failed_login), too many taken emails tried by one user (email_taken) or too many "
+    "event streams open for one client (event_streams).",
     ["operation", "limit"],
 )
 RATE_LIMIT_STORAGE_ERRORS = Counter(

@@ -15,7 +15,12 @@ def current_version() -> int:
     """The version this request is served in: its path's first segment (`/v2/...`). An
     unversioned path has been given one from `Accept` before routing
     (shopapi/pipeline/versions.py)."""
-    return int(flask.request.path.split("/", 2)[1].removeprefix("v"))
+    return version_of_path(flask.request.path)
+
+
+def version_of_path(path: str) -> int:
+    """The version a versioned path (`/v2/...`) names."""
+    return int(path.split("/", 2)[1].removeprefix("v"))
 
 
 def _money_shown(fields: dict, currency: str | None = None) -> dict:

@@ -1,10 +1,12 @@
 """Requests the tests make often, through the API itself, and the credentials they use."""
 
 import base64
+import contextlib
 import itertools
 import json
 import time
 
+import psycopg2
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -121,3 +123,11 @@ def wait_for(condition, what: str):
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {WAIT_SECONDS} s for {what}")
         time.sleep(0.02)
+
+
+def scalar(database_url: str, sql: str):
+    """The one value `sql` answers, asked on a connection of its own straight to PostgreSQL."""
+    with contextlib.closing(psycopg2.connect(database_url)) as connection:
+        cursor = connection.cursor()
+        cursor.execute(sql)
+        return cursor.fetchone()[0]

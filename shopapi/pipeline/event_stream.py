@@ -1,0 +1,187 @@
+"""`GET /events/stream` answered here, before Flask: Server-Sent Events fed by this process's
+poller (shopapi/events/stream.py), so that a waiting stream holds neither a Flask thread nor a
+database connection. Design: docs/pipeline.md and docs/events.md."""
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import orjson
+import peewee
+from connexion.exceptions import Forbidden, ProblemException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from models import Event
+from shopapi import internals
+from shopapi.auth.security import Principal
+from shopapi.events.payloads import event_payload, readable_resource_types
+from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
+from shopapi.pipeline.request_facts import caller_of, operation_of
+from shopapi.telemetry import metrics
+from shopapi.web.jsonifier import OPTIONS
+from shopapi.web.representations import version_of_path
+
+log = logging.getLogger("shopapi.events.stream")
+
+OPERATION_ID = "stream_events"
+# How long a client waits before it reconnects (the stream's `retry:` field), in milliseconds.
+RETRY_MS = 3000
+# When to ask again after a refusal for too many streams: one ends when its client goes.
+REFUSED_RETRY_AFTER = 10
+HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-store"),
+    # nginx buffers a response unless told not to; a buffered stream arrives late or never.
+    (b"x-accel-buffering", b"no"),
+]
+HEARTBEAT = b": keep-alive\n\n"
+
+
+class EventStreamMiddleware:
+    """Answers the event stream operation once security, the rate limit and validation have let
+    it through; every other request goes on inwards."""
+
+    OPERATION_ID = OPERATION_ID
+
+    def __init__(
+        self, app: ASGIApp, streams: EventStreams, heartbeat_seconds: float, max_seconds: float
+    ):
+        self.app = app
+        self.streams = streams
+        self.heartbeat_seconds = heartbeat_seconds
+        self.max_seconds = max_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        operation = operation_of(scope) if scope["type"] == "http" else None
+        if operation is None or operation.id != OPERATION_ID:
+            await self.app(scope, receive, send)
+            return
+        principal = Principal.of(internals.token_info(scope))
+        resource_types = readable_resource_types(principal.scopes)
+        if not resource_types:
+            raise Forbidden(
+                detail="These credentials read no events: the stream needs products:read, "
+                "orders:read or users:read."
+            )
+        last_event_id = _last_event_id(scope)
+        subscription = self._subscribe(scope, principal, resource_types)
+        metrics.EVENT_STREAMS.inc()
+        try:
+            if last_event_id is None:  # from the newest event on, whatever the poller has read
+                start, catch_up_to = await self.streams.read(Event.latest_id), None
+            else:
+                start, catch_up_to = last_event_id, await self.streams.current_head()
+            stream = _Stream(scope, send, principal, subscription)
+            await stream.run(self, start, catch_up_to, receive)
+        finally:
+            metrics.EVENT_STREAMS.dec()
+            self.streams.unsubscribe(subscription)
+
+    def _subscribe(self, scope: Scope, principal: Principal, resource_types) -> Subscription:
+        try:
+            return self.streams.subscribe(caller_of(scope), principal, resource_types)
+        except StreamsFull as full:
+            if full.per_client:
+                metrics.RATE_LIMITED.labels(OPERATION_ID, "event_streams").inc()
+                raise ProblemException(
+                    status=429,
+                    title="Too Many Requests",
+                    detail=f"This client has {self.streams.max_per_client} event streams open "
+                    "on this server, as many as it may: close one first.",
+                    headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
+                ) from None
+            raise ProblemException(
+                status=503,
+                title="Service Unavailable",
+                detail="This server takes no more event streams now; try again later.",
+                headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
+            ) from None
+
+
+class _Stream:
+    """One response: the events after where it starts, caught up from the database when the
+    client resumes, then live ones, in id order, with a heartbeat while there are none."""
+
+    def __init__(self, scope: Scope, send: Send, principal: Principal, subscription: Subscription):
+        self.send = send
+        self.principal = principal
+        self.subscription = subscription
+        self.version = version_of_path(scope["path"])
+
+    async def run(self, layer: EventStreamMiddleware, start: int, catch_up_to, receive) -> None:
+        self.last = start
+        watcher = asyncio.create_task(self._watch_disconnect(receive))
+        try:
+            await self.send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            # The position first: a client that reconnects before any event resumes from it.
+            await self._write(f"retry: {RETRY_MS}\nid: {self.last}\n\n".encode())
+            if catch_up_to is not None and start < catch_up_to:
+                await self._catch_up(layer.streams, catch_up_to)
+            await self._live(layer.heartbeat_seconds, layer.max_seconds)
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+
+    async def _watch_disconnect(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.subscription.end("disconnected")
+
+    async def _catch_up(self, streams: EventStreams, head: int) -> None:
+        seen = Event.seen_by(self.principal, self.subscription.resource_types)
+        up_to_head = seen.where(Event.id <= head)
+        while self.subscription.ended is None:
+            try:
+                page = await streams.read(Event.after, self.last, BATCH, up_to_head)
+            except peewee.PeeweeException as error:
+                log.warning("event stream: catching up failed: %s", error)
+                self.subscription.end("database")
+                return
+            await self._write(b"".join(self._message(event) for event in page))
+            if len(page) < BATCH:
+                return
+
+    async def _live(self, heartbeat_seconds: float, max_seconds: float) -> None:
+        subscription = self.subscription
+        now = time.monotonic()
+        deadline, beat_at = now + max_seconds, now + heartbeat_seconds
+        while True:
+            if subscription.waiting:
+                waiting, subscription.waiting = subscription.waiting, type(subscription.waiting)()
+                messages = b"".join(self._message(event) for event in waiting)
+                if messages:
+                    await self._write(messages)
+                    beat_at = time.monotonic() + heartbeat_seconds
+            if subscription.ended is not None:
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if now >= beat_at:
+                await self._write(HEARTBEAT)
+                beat_at = now + heartbeat_seconds
+            subscription.wake.clear()
+            if not subscription.waiting and subscription.ended is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(subscription.wake.wait(), min(deadline, beat_at) - now)
+
+    def _message(self, event: Event) -> bytes:
+        if event.id <= self.last:  # caught up already, or before where the client resumed
+            return b""
+        self.last = event.id
+        payload = event_payload(event, self.version, shows_actor=self.principal.is_admin)
+        head = f"id: {event.id}\nevent: {event.type}\ndata: ".encode()
+        return head + orjson.dumps(payload, option=OPTIONS) + b"\n\n"
+
+    async def _write(self, body: bytes) -> None:
+        if body:
+            await self.send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+def _last_event_id(scope: Scope) -> int | None:
+    """The Last-Event-ID header (validated against the contract: digits), if sent."""
+    for name, value in scope["headers"]:
+        if name == b"last-event-id":
+            return int(value)
+    return None
