@@ -131,6 +131,18 @@ def test_each_client_sees_only_what_it_may_read(base, admin):
         assert_problem(refused.response, 403)
 
 
+def test_a_partners_api_key_streams_what_its_scopes_read(base, admin):
+    """The stream's row of test_security's table (each operation succeeds with exactly its
+    declared scopes, by either scheme), here because a stream does not end for a test client
+    that reads a whole response."""
+    issued = admin.post("/v1/api-keys", json={"name": "stream", "scopes": ["products:read"]})
+    assert issued.status_code == 201, issued.text
+    with stream(base, {"X-API-Key": issued.json()["key"]}) as partners:
+        product = create_product(admin, stock=5)
+        [event] = partners.events(1)
+    assert (event["event"], event["data"]["resource_id"]) == ("product.created", product["id"])
+
+
 def test_a_client_over_its_limit_of_streams_gets_429(base, admin):
     headers = bearer("client:greedy", ["products:read"])
     with contextlib.ExitStack() as open_streams:

@@ -390,8 +390,15 @@ SEEING = {
 }
 
 
+# Operations whose success a test client cannot read here, and the test that proves it instead:
+# a stream never ends, and the Connexion test client reads a whole response.
+ELSEWHERE = {
+    "stream_events": "test_event_stream.py::test_a_partners_api_key_streams_what_its_scopes_read"
+}
+
+
 def test_every_secured_operation_has_a_case():
-    assert set(CASES) == set(OPERATIONS)
+    assert set(CASES) | set(ELSEWHERE) == set(OPERATIONS)
 
 
 def _role_for(scopes) -> str:
