@@ -135,7 +135,11 @@ def test_a_partners_api_key_streams_what_its_scopes_read(base, admin):
     """The stream's row of test_security's table (each operation succeeds with exactly its
     declared scopes, by either scheme), here because a stream does not end for a test client
     that reads a whole response."""
-    issued = admin.post("/v1/api-keys", json={"name": "stream", "scopes": ["products:read"]})
+    partner = create_user(admin, role="partner")
+    issued = admin.post(
+        "/v1/api-keys",
+        json={"name": "stream", "scopes": ["products:read"], "owner_id": partner["id"]},
+    )
     assert issued.status_code == 201, issued.text
     with stream(base, {"X-API-Key": issued.json()["key"]}) as partners:
         product = create_product(admin, stock=5)
