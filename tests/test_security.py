@@ -364,8 +364,13 @@ CASES = {
 SEEING = {"get_event": ["users:read"], "list_events": ["products:read"]}
 
 
+# The event stream never ends, so the in-process client here cannot read its answer:
+# tests/test_event_stream.py opens it over a live server (200 with a read scope, 403 without).
+STREAMED = {"stream_events"}
+
+
 def test_every_secured_operation_has_a_case():
-    assert set(CASES) == set(OPERATIONS)
+    assert set(CASES) == set(OPERATIONS) - STREAMED
 
 
 def _role_for(scopes) -> str:
