@@ -363,6 +363,8 @@ def list_operations(contract: dict) -> list[str]:
         parameters = item.get("parameters", []) + operation.get("parameters", [])
         takes_per_page = any(follow_ref(contract, p)["name"] == "per_page" for p in parameters)
         ok = follow_ref(contract, operation["responses"].get("200", {}))
+        if "text/event-stream" in ok.get("content", {}):
+            continue  # the event stream: Swagger UI shows an answer once it ends, and it never does
         body = ok.get("content", {}).get("application/json", {}).get("schema", {})
         is_a_page = {"data", "meta"} <= _property_names(contract, body)
         if "{" not in path or takes_per_page or is_a_page:
