@@ -2,8 +2,7 @@
 what is refused, and the Web Push key. Delivery to them is tests/test_push.py."""
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from support.helpers import assert_problem, bearer, bearer_for, create_user
+from support.helpers import VAPID, assert_problem, bearer, bearer_for, create_user
 from support.push_services import BrowserSubscription, b64url
 
 FCM_TOKEN = "fGx1-example:APA91bH" + "x" * 140 + "tail42"
@@ -99,22 +98,15 @@ def test_a_web_push_subscription_is_checked(app_with):
         assert_problem(client.post(devices, json=wrong), 400)
 
 
-def test_the_vapid_public_key_is_published_when_web_push_is_set_up(client, app_with):
-    unconfigured = app_with(vapid_private_key=None, vapid_subject=None).test_client()
-    unconfigured.headers.update(bearer())
-    assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    configured = app_with(vapid_private_key=pem, vapid_subject="mailto:ops@example.com")
-    reader = configured.test_client()
-    reader.headers.update(bearer_for(create_user(client)))
+def test_the_vapid_public_key_is_published_when_web_push_is_set_up(app, client, app_with):
+    reader = _as(app, create_user(client))  # the tests' apps have VAPID_PRIVATE_KEY set
     answer = reader.get("/v2/push/vapid-public-key")
     assert answer.status_code == 200, answer.text
+    key = serialization.load_pem_private_key(VAPID["vapid_private_key"].encode(), None)
     point = key.public_key().public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
     assert answer.json() == {"public_key": b64url(point)}
+    unconfigured = app_with(vapid_private_key=None, vapid_subject=None).test_client()
+    unconfigured.headers.update(bearer())
+    assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
