@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from hypothesis import settings
-from support.helpers import bearer_for, create_user
+from support.helpers import VAPID, bearer_for, create_user
 from support.live import ROOT, live_server
 
 from models.user import SCOPES
@@ -64,9 +64,10 @@ ONLY = {"v2": r"^/(products|orders|users/\{id\}/orders)"}
 # What a run may warn about: operations whose valid requests need stored data that no schema
 # can hold (a password or client secret; existing user, product and event ids); an order's own
 # operations, which need one placed within the run (with existing products in stock), and
-# deleting one, which also needs it cancelled (tests/test_orders.py covers them); and a
+# deleting one, which also needs it cancelled (tests/test_orders.py covers them); a
 # webhook's deliveries, which need an event the webhook takes (tests/test_webhooks.py covers
-# them).
+# them); and a device's own operations, which need one registered within the run for an
+# existing user (tests/test_devices.py covers them).
 EXPECTED_WARNINGS = {
     "Schema validation mismatch": {
         "POST /oauth/token",
@@ -81,17 +82,23 @@ EXPECTED_WARNINGS = {
         "DELETE /orders/{id}",
         "POST /webhooks/{webhook_id}/deliveries",
         "GET /webhooks/{webhook_id}/deliveries/{id}",
+        "GET /users/{user_id}/devices/{id}",
+        "DELETE /users/{user_id}/devices/{id}",
+        "GET /users/{user_id}/devices/{device_id}/deliveries",
     },
 }
 
 
 @pytest.mark.parametrize(("version", "scheme"), RUNS)
-def test_schemathesis_finds_no_failure(client, database_url, version, scheme):
+def test_schemathesis_finds_no_failure(client, database_url, version, scheme, tmp_path):
+    vapid_key_file = tmp_path / "vapid.pem"
+    vapid_key_file.write_text(VAPID["vapid_private_key"])
     phases = PHASES[version, scheme, database_url.partition(":")[0]]
     header, protected = _credentials(client, scheme)
     only = ["--include-path-regex", ONLY[version]] if version in ONLY else []
     max_examples, coverage = DEPTH[settings.get_current_profile_name()]
-    with live_server(database_url, VALIDATE_RESPONSES="1") as base:
+    web_push = {"VAPID_PRIVATE_KEY": str(vapid_key_file), "VAPID_SUBJECT": VAPID["vapid_subject"]}
+    with live_server(database_url, VALIDATE_RESPONSES="1", **web_push) as base:
         run = subprocess.run(
             [
                 str(SCHEMATHESIS),
