@@ -324,7 +324,9 @@ def requests(draw, ops):
 
 @pytest.mark.slow  # about 10 s a database
 def test_no_request_built_from_the_contract_is_a_server_error(client):
-    ops = operations(client)
+    # Not the event stream: a request it accepts never ends, and this client reads a whole
+    # answer. Schemathesis fuzzes its input over a live server (tests/test_contract.py).
+    ops = [op for op in operations(client) if not op.streams]
 
     @settings(
         deadline=None,

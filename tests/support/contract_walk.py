@@ -50,6 +50,7 @@ class Operation:
     parameters: list[dict]  # resolved, each with its schema resolved
     bodies: dict[str, dict]  # media type: the body's schema, resolved at the top
     resolve: Resolver
+    streams: bool = False  # answers with a stream that does not end (text/event-stream)
 
     def url(self, **values) -> str:
         """The path with each path parameter filled in (1 unless given)."""
@@ -92,6 +93,10 @@ def operations(client, versions=VERSIONS) -> list[Operation]:
                         parameters=list(parameters.values()),
                         bodies={t: resolve(c.get("schema", {})) for t, c in content.items()},
                         resolve=resolve,
+                        streams=any(
+                            "text/event-stream" in resolve(answer).get("content", {})
+                            for answer in operation["responses"].values()
+                        ),
                     )
                 )
     return found
