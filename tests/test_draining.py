@@ -43,9 +43,10 @@ def _inserts_waiting(database_url: str) -> int:
 def _refused(base: str) -> bool:
     try:
         httpx.get(f"{base}/healthz", timeout=5)
-    except (httpx.ConnectError, httpx.RemoteProtocolError):
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
         # Refused, or taken from the listening socket's backlog as the server stopped and
-        # closed unanswered: either way no longer served.
+        # closed unanswered (an empty answer, or a reset if the request's bytes were still
+        # unread): either way no longer served.
         return True
     return False
 
