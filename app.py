@@ -46,7 +46,6 @@ from shopapi.events.push import webpush
 from shopapi.events.stream import EventStreams
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
-from shopapi.pipeline.deprecation import DeprecationMiddleware
 from shopapi.pipeline.draining import Drain
 from shopapi.pipeline.event_stream import EventStreamMiddleware
 from shopapi.pipeline.exact_paths import (
@@ -59,13 +58,10 @@ from shopapi.pipeline.idempotency import IdempotencyMiddleware
 from shopapi.pipeline.limit_counter import LimitCounter, scaled
 from shopapi.pipeline.media_types import MediaTypeMiddleware
 from shopapi.pipeline.observability import ObservabilityMiddleware
-from shopapi.pipeline.rate_limits import (
-    FailedAuthMiddleware,
-    RateLimitHeadersMiddleware,
-    RateLimitMiddleware,
-)
+from shopapi.pipeline.rate_limits import FailedAuthMiddleware, RateLimitMiddleware
 from shopapi.pipeline.read_routing import read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
+from shopapi.pipeline.response_headers import ResponseHeadersMiddleware
 from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
@@ -214,22 +210,21 @@ def pipeline(
             probes=probes,
             long_lived=frozenset({EventStreamMiddleware.OPERATION_ID}),
         ),
-        # RateLimit-* headers on every response, the 429s and errors made below included.
-        RateLimitHeadersMiddleware,
+        # What the layers below learned, on every response, the 429s and errors made below
+        # included: RateLimit-*, API-Version and Vary, a deprecated operation's Deprecation.
+        ResponseHeadersMiddleware,
         # CORS on every response, errors included; preflights answered here (if configured).
         settings.cors_origins
         and partial(
             Cors, origins=settings.cors_origins, allow_credentials=settings.cors_allow_credentials
         ),
-        # An unversioned path gets its version (from Accept) before anything routes it.
+        # An unversioned path gets its version (from Accept) before anything routes it; 406.
         partial(
             ApiVersionMiddleware,
             served=tuple(SPEC_FILES),
             default=settings.default_api_version,
             unversioned=unversioned,
         ),
-        # Deprecation, Sunset and the successor's Link on a deprecated operation's responses.
-        DeprecationMiddleware,
         # Connexion's: any exception below becomes problem+json (shopapi/web/problems.py).
         ExceptionMiddleware,
         # Each version's contract document, prepared once, with its ETag and gzip form.
@@ -253,7 +248,7 @@ def pipeline(
         MediaTypeMiddleware,
         # Connexion's: parameters and body against the contract, then responses (in tests).
         RequestValidationMiddleware,
-        ResponseValidationMiddleware,
+        settings.validate_responses and ResponseValidationMiddleware,
         # Connexion's: start-up and shut-down.
         LifespanMiddleware,
         # The event stream, answered here and not by a Flask thread: its security, rate limit

@@ -54,15 +54,19 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
     number, result = delivery.record(
         outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
     )
-    _log_attempt(delivery, number, outcome, result)
-    return True
-
-
-def _log_attempt(delivery: Delivery, number: int, outcome: Outcome, result: str) -> None:
-    fields = {
+    delivered_to = {
         "delivery_id": delivery.id,
         "event_id": delivery.event_id,
         "webhook_id": delivery.webhook_id,
+    }
+    _log_attempt("webhook delivery attempt", delivered_to, number, outcome, result)
+    return True
+
+
+def _log_attempt(message: str, delivery: dict, number: int, outcome, result: str) -> None:
+    """One log line per attempt, webhook or push: which delivery, what the receiver answered."""
+    fields = {
+        **delivery,
         "attempt": number,
         "status": outcome.status,
         "error": outcome.error,
@@ -70,7 +74,7 @@ def _log_attempt(delivery: Delivery, number: int, outcome: Outcome, result: str)
         "result": result,
     }
     level = logging.INFO if result == "delivered" else logging.WARNING
-    log.log(level, "webhook delivery attempt", extra={"fields": fields})
+    log.log(level, message, extra={"fields": fields})
 
 
 def push_one(senders, retries: Retries, timeout: float) -> bool:
@@ -84,19 +88,13 @@ def push_one(senders, retries: Retries, timeout: float) -> bool:
     number, verdict = delivery.record(
         outcome.recorded, outcome.verdict, retries, outcome.retry_after
     )
-    fields = {
+    delivered_to = {
         "push_delivery_id": delivery.id,
         "event_id": delivery.event_id,
         "device_id": delivery.device_id,
         "platform": delivery.device.platform,
-        "attempt": number,
-        "status": outcome.status,
-        "error": outcome.error,
-        "duration_ms": outcome.duration_ms,
-        "result": verdict,
     }
-    level = logging.INFO if verdict == "delivered" else logging.WARNING
-    log.log(level, "push delivery attempt", extra={"fields": fields})
+    _log_attempt("push delivery attempt", delivered_to, number, outcome, verdict)
     return True
 
 

@@ -1,6 +1,5 @@
 """Rate limits as the spec declares them: `x-rate-limit` per caller and operation, and
-`x-rate-limit-failed-auth` per address whose credentials are refused; the `RateLimit-*` headers
-on every response. Design: docs/pipeline.md."""
+`x-rate-limit-failed-auth` per address whose credentials are refused. Design: docs/pipeline.md."""
 
 import dataclasses
 import math
@@ -27,7 +26,7 @@ MAX_BLOCKED_ADDRESSES = 10_000
 class RateLimitMiddleware:
     """Each operation's limits, after the security checks (the caller is known): its
     `x-rate-limit` per caller, counted here (the usage goes into the scope's state for
-    RateLimitHeadersMiddleware to put on the response, whichever layer makes it), and its
+    ResponseHeadersMiddleware to put on the response, whichever layer makes it), and its
     per-account attempt limit, which the handler counts (`limited_attempt`)."""
 
     def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
@@ -136,27 +135,3 @@ class FailedAuthMiddleware:
                 current = [(a, b) for a, b in self._blocked.items() if b[0] > now]
                 self._blocked = dict(current[max(0, len(current) - MAX_BLOCKED_ADDRESSES // 2) :])
             self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
-
-
-class RateLimitHeadersMiddleware:
-    """Puts the `RateLimit-*` headers of the request's usage on its response. It sits outside
-    Connexion's exception handling, so error responses made there (a 400 from validation, a 404)
-    carry them too."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        state = scope.setdefault("state", {})
-
-        async def send_with_headers(message: Message) -> None:
-            usage = state.get("rate_limit")
-            if message["type"] == "http.response.start" and usage is not None:
-                extra = [(k.lower().encode(), v.encode()) for k, v in usage.headers().items()]
-                message["headers"] = [*message.get("headers", []), *extra]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)

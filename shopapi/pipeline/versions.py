@@ -5,9 +5,9 @@ names it in `API-Version`. Design: docs/pipeline.md."""
 import re
 
 from asgi_correlation_id import correlation_id
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopapi.web.problems import problem_body
 
@@ -87,17 +87,10 @@ class ApiVersionMiddleware:
             scope["path"] = prefix + path
             scope["raw_path"] = prefix.encode() + (scope.get("raw_path") or path.encode())
         # A versioned path names a version; only a served one is announced (/v9/... is a 404).
-        announced = str(version) if version in self.served else None
-
-        async def send_with_version(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                if announced:
-                    headers.append("API-Version", announced)
-                headers.append("Vary", "Accept")
-            await send(message)
-
-        await self.app(scope, receive, send_with_version)
+        # ResponseHeadersMiddleware puts it on the response (API-Version, Vary: Accept).
+        announced = str(version) if version in self.served else ""
+        scope.setdefault("state", {})["api_version"] = announced
+        await self.app(scope, receive, send)
 
     async def _not_acceptable(self, scope: Scope, accept: str, receive: Receive, send: Send):
         versions = ", ".join(str(v) for v in self.served)
