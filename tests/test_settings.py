@@ -1,6 +1,8 @@
 import os
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from support.live import run_module
 
 from shopapi.settings import ConfigurationError, Settings
@@ -216,3 +218,45 @@ PRIMARY = {"DATABASE_URL": "postgresql://u@primary/shop"}
 def test_bad_replica_settings_stop_start_up_naming_the_variable(name, environ):
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env(environ)
+
+
+@pytest.mark.parametrize(
+    ("variable", "companions"),
+    [
+        ("VAPID_PRIVATE_KEY", {"VAPID_SUBJECT": "mailto:push@example.com"}),
+        (
+            "APNS_KEY_FILE",
+            {"APNS_KEY_ID": "ABC123DEFG", "APNS_TEAM_ID": "DEF123GHIJ", "APNS_TOPIC": "com.ex.app"},
+        ),
+    ],
+    ids=["vapid", "apns"],
+)
+def test_an_es256_signing_key_that_is_not_p256_stops_the_start_naming_its_variable(
+    tmp_path, variable, companions
+):
+    """Web Push and APNs sign with ES256: a key of another kind would fail every notification
+    sent, so the settings refuse it, and a PEM that holds no key at all."""
+    other_curve = tmp_path / "p384.pem"
+    other_curve.write_bytes(
+        ec.generate_private_key(ec.SECP384R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    with pytest.raises(ConfigurationError, match=f"{variable} must be a P-256"):
+        Settings.from_env({variable: str(other_curve), **companions})
+    garbled = tmp_path / "garbled.pem"
+    garbled.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(ConfigurationError, match=f"{variable}: .* holds no unencrypted private"):
+        Settings.from_env({variable: str(garbled), **companions})
+    p256 = tmp_path / "p256.pem"
+    p256.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    settings = Settings.from_env({variable: str(p256), **companions})
+    assert p256.read_text() in (settings.vapid_private_key, settings.apns_key)

@@ -123,7 +123,7 @@ class Settings:
     push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("send", "log", "none"), "log")
     # Web Push: the VAPID key (a PEM file of a P-256 private key; clients subscribe with its
     # public half, GET /v1/push/vapid-public-key), and the contact the push services see.
-    vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.pem_file)
+    vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.p256_private_key_file)
     vapid_subject: str | None = _setting("VAPID_SUBJECT", parse.vapid_subject)
     # Accept Web Push endpoints on private addresses, over plain http too (tests, development).
     webpush_allow_private: bool = _setting("WEBPUSH_ALLOW_PRIVATE", parse.boolean, False)
@@ -137,7 +137,7 @@ class Settings:
     # APNs token authentication: the .p8 key, its key id, the team id, the app's bundle id
     # (apns-topic), the server (api.sandbox.push.apple.com for development builds), and the
     # certificate authorities it is checked against (the system's when unset).
-    apns_key: str | None = _setting("APNS_KEY_FILE", parse.pem_file)
+    apns_key: str | None = _setting("APNS_KEY_FILE", parse.p256_private_key_file)
     apns_key_id: str | None = _setting("APNS_KEY_ID", parse.text_or_none)
     apns_team_id: str | None = _setting("APNS_TEAM_ID", parse.text_or_none)
     apns_topic: str | None = _setting("APNS_TOPIC", parse.text_or_none)

@@ -8,6 +8,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
 
 class ConfigurationError(Exception):
     """A configuration value is unusable; the message names the variable."""
@@ -115,6 +118,22 @@ def pem_file(name: str, raw: str) -> str:
         raise ConfigurationError(f"{name}: cannot read {raw!r} ({error.strerror})") from None
     if "-----BEGIN" not in text:
         raise ConfigurationError(f"{name} must name a PEM file")
+    return text
+
+
+def p256_private_key_file(name: str, raw: str) -> str:
+    """A PEM file of a P-256 private key, as ES256 signs with (VAPID, APNs): read and loaded here,
+    so that a wrong key stops the start-up naming its variable, not the first notification."""
+    text = pem_file(name, raw)
+    try:
+        key = serialization.load_pem_private_key(text.encode(), password=None)
+    except (ValueError, TypeError) as error:
+        # TypeError: an encrypted key (no password is given).
+        raise ConfigurationError(
+            f"{name}: {raw!r} holds no unencrypted private key ({error})"
+        ) from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise ConfigurationError(f"{name} must be a P-256 (prime256v1) private key")
     return text
 
 

@@ -27,8 +27,6 @@ def public_key(private_pem: str) -> str:
     """The VAPID public key as browsers take it (`applicationServerKey`): the uncompressed
     P-256 point, base64url."""
     key = serialization.load_pem_private_key(private_pem.encode(), password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
-        raise ValueError("VAPID_PRIVATE_KEY must be a P-256 (prime256v1) private key")
     point = key.public_key().public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
