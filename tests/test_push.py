@@ -4,6 +4,7 @@ aes128gcm body a browser's keys decrypt), FCM HTTP v1 (an OAuth token from the s
 account's JWT grant) and APNs (HTTP/2 over TLS, an ES256 provider token)."""
 
 import datetime
+import email.utils
 import logging
 import time
 import urllib.parse
@@ -284,6 +285,50 @@ def test_fcm_gets_each_token_its_message_with_an_oauth_token_from_the_service_ac
         assert due >= started + datetime.timedelta(seconds=120)
 
 
+def test_fcm_access_token_refused_early_is_renewed_and_the_message_sent_again(app, client, keys):
+    """A 401 from FCM (the access token revoked before it expired) is no fault of the device:
+    the token is forgotten, and the retry carries a new one."""
+    issued, refused = [], set()
+
+    def token_endpoint(request):
+        issued.append(f"ya29.token-{len(issued) + 1}")
+        body = {"access_token": issued[-1], "expires_in": 3599, "token_type": "Bearer"}
+        return 200, {"Content-Type": "application/json"}, orjson.dumps(body)
+
+    def fcm(request):
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if token == issued[0]:
+            refused.add(token)
+            return 401, {}, b'{"error": {"code": 401, "status": "UNAUTHENTICATED"}}'
+        return 200, {"Content-Type": "application/json"}, b'{"name": "projects/p/messages/1"}'
+
+    with Service(token_endpoint) as oauth, Service(fcm) as service:
+        settings = _settings(
+            keys,
+            fcm_base_url=service.url,
+            fcm_service_account={
+                "project_id": PROJECT,
+                "private_key": _pem(keys["service_account"]),
+                "private_key_id": "key-1",
+                "client_email": "push@demo-project.iam.gserviceaccount.com",
+                "token_uri": f"{oauth.url}/token",
+            },
+            webhook_retry_base_seconds=0.0,  # a retry is due at once
+        )
+        customer = create_user(client)
+        own = _client(app, customer)
+        device = _register(own, customer, platform="fcm", token="one-install")
+        # The welcome: refused with the first access token, sent with the second.
+        assert _run_worker(settings) == 2
+
+    assert issued == ["ya29.token-1", "ya29.token-2"] and refused == {"ya29.token-1"}
+    [welcome] = _deliveries(client, customer, device)
+    assert welcome["status"] == "delivered"
+    assert [a["response_status"] for a in welcome["attempts"]] == [401, 200]
+    kept = own.get(f"/v1/users/{customer['id']}/devices/{device['id']}").json()
+    assert kept["removed_at"] is None
+
+
 def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, client, keys):
     cert_file, key_file = keys["tls"]
     apns_public = keys["apns"].public_key()
@@ -341,6 +386,55 @@ def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, clien
     assert "410" in listed[devices["b"]["id"]]["removed_reason"]
     assert "BadDeviceToken" in listed[devices["c"]["id"]]["removed_reason"]
     assert listed[devices["a"]["id"]]["removed_at"] is None
+
+
+def test_apns_expired_provider_token_is_replaced_and_retry_after_as_a_date_is_kept(
+    app, client, keys
+):
+    """APNs's 403 ExpiredProviderToken: the next attempt signs a new provider token. A 429 whose
+    Retry-After is an HTTP date (RFC 9110 10.2.3) is not tried again before that date."""
+    cert_file, key_file = keys["tls"]
+    busy_until = email.utils.format_datetime(
+        datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(minutes=10),
+        usegmt=True,
+    )
+    seen_tokens = []
+
+    def apns(request):
+        token = request.headers["authorization"].removeprefix("bearer ")
+        device_token = request.path.removeprefix("/3/device/")
+        if device_token == "e" * 64:
+            return 429, {"retry-after": busy_until}, b'{"reason": "TooManyRequests"}'
+        seen_tokens.append(token)
+        if len(seen_tokens) == 1:
+            return 403, {}, b'{"reason": "ExpiredProviderToken"}'
+        return 200, {"apns-id": "3"}, b""
+
+    with Http2Service(apns, cert_file, key_file) as service:
+        settings = _settings(
+            keys,
+            apns_key=_pem(keys["apns"]),
+            apns_key_id=KEY_ID,
+            apns_team_id=TEAM,
+            apns_topic=TOPIC,
+            apns_base_url=service.url,
+            apns_ca_file=cert_file,
+            webhook_retry_base_seconds=0.0,  # a retry is due at once, unless Retry-After says
+        )
+        customer = create_user(client)
+        own = _client(app, customer)
+        fresh = _register(own, customer, platform="apns", token="d" * 64)
+        busy = _register(own, customer, platform="apns", token="e" * 64)
+        assert _run_worker(settings) == 3  # fresh: refused, then sent; busy: once
+
+    assert len(seen_tokens) == 2 and seen_tokens[0] != seen_tokens[1]  # a new token signed
+    [welcome] = _deliveries(client, customer, fresh)
+    assert welcome["status"] == "delivered"
+    assert [a["response_status"] for a in welcome["attempts"]] == [403, 200]
+    [waiting] = _deliveries(client, customer, busy)
+    assert waiting["status"] == "pending"
+    due = datetime.datetime.fromisoformat(waiting["next_attempt_at"])
+    assert due >= email.utils.parsedate_to_datetime(busy_until)
 
 
 def test_push_transport_log_writes_each_notification_and_none_makes_no_deliveries(client, caplog):
