@@ -17,7 +17,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from support.standby import primary_and_standby, wait_for  # noqa: E402
+from support.standby import primary_and_standby  # noqa: E402
 
 from bench import cpu  # noqa: E402
 from bench.load import (  # noqa: E402
@@ -29,11 +29,11 @@ from bench.load import (  # noqa: E402
     WARM_UP_SECONDS,
     Server,
     say,
+    seed_both,
     server_secrets,
     write_clients,
     wrk,
 )
-from bench.seed import seed  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 WITH_REPLICA_PORT, PRIMARY_ONLY_PORT = 8210, 8211
@@ -105,8 +105,7 @@ def main() -> int:
     ):
         scratch = pathlib.Path(scratch)
         primary, replica = replication.primary.url, replication.standby.url
-        seed(primary)
-        wait_for(replication.replayed_everything, 600, "the standby replays the seed")
+        seed_both(replication)
         say(f"primary and standby seeded in {time.monotonic() - started:.0f} s")
         data = scratch / "clients.lua"
         write_clients(data, tokens)
