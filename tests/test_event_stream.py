@@ -31,6 +31,7 @@ SERVER = {
     "EVENT_STREAM_MAX_PER_CLIENT": str(PER_CLIENT),
     "EVENT_STREAM_HEARTBEAT_SECONDS": "1",
     "VALIDATE_RESPONSES": "1",
+    "CORS_ORIGINS": "https://shop.example",
 }
 
 
@@ -212,3 +213,27 @@ def test_idle_streams_hold_no_database_connection(base, admin, database_url, dir
     print(f"connections: {none_open} with no stream open, {measured} with {IDLE_STREAMS}")
     # The one poller's read borrows a pooled connection for milliseconds; the streams hold none.
     assert measured <= none_open + 1
+
+
+def test_a_web_app_on_an_allowed_origin_may_open_and_read_a_stream(base, admin):
+    """A browser's fetch of the stream, with a bearer token from another origin: its preflight
+    is answered, and the stream itself carries the CORS headers that let the script read it."""
+    origin = {"Origin": "https://shop.example"}
+    preflight = httpx.options(
+        f"{base}/v1/events/stream",
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization, last-event-id",
+        },
+    )
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == "https://shop.example"
+    allowed = preflight.headers["access-control-allow-headers"].lower()
+    assert "authorization" in allowed and "last-event-id" in allowed
+    with stream(base, {**bearer(), **origin}) as events:
+        assert events.response.headers["access-control-allow-origin"] == "https://shop.example"
+        assert "Origin" in events.response.headers["vary"]
+        created = create_product(admin)
+        [event] = events.events(1)
+        assert event["data"]["resource_id"] == created["id"]

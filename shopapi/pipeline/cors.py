@@ -11,12 +11,14 @@ from shopapi.web.problems import problem_body
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Beyond the CORS-safelisted ones (Accept, Content-Type, ...); the conditional ones let a browser
-# revalidate and avoid lost updates (shopapi/web/etags.py).
+# revalidate and avoid lost updates (shopapi/web/etags.py); Last-Event-ID resumes an event stream
+# that a script reads with its bearer token (an EventSource cannot send one).
 ALLOWED_HEADERS = (
     "Authorization",
     "Idempotency-Key",
     "If-Match",
     "If-None-Match",
+    "Last-Event-ID",
     "Prefer",
     "X-API-Key",
     "X-Request-ID",
