@@ -67,6 +67,20 @@ def _settings(keys, **changes) -> Settings:
     return Settings(**values)
 
 
+def _apns_settings(keys, base_url: str, **changes) -> Settings:
+    """APNs at `base_url` (a local HTTP/2 service with the module's certificate)."""
+    return _settings(
+        keys,
+        apns_key=_pem(keys["apns"]),
+        apns_key_id=KEY_ID,
+        apns_team_id=TEAM,
+        apns_topic=TOPIC,
+        apns_base_url=base_url,
+        apns_ca_file=keys["tls"][0],
+        **changes,
+    )
+
+
 def _run_worker(settings: Settings) -> int:
     """What the worker's threads do until nothing is due: fan out, then push. Returns how many
     attempts were made."""
@@ -351,15 +365,7 @@ def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, clien
         return 200, {"apns-id": "2"}, b""
 
     with Http2Service(apns, cert_file, key_file) as service:
-        settings = _settings(
-            keys,
-            apns_key=_pem(keys["apns"]),
-            apns_key_id=KEY_ID,
-            apns_team_id=TEAM,
-            apns_topic=TOPIC,
-            apns_base_url=service.url,
-            apns_ca_file=cert_file,
-        )
+        settings = _apns_settings(keys, service.url)
         customer = create_user(client)
         own = _client(app, customer)
         devices = {
@@ -411,16 +417,8 @@ def test_apns_expired_provider_token_is_replaced_and_retry_after_as_a_date_is_ke
         return 200, {"apns-id": "3"}, b""
 
     with Http2Service(apns, cert_file, key_file) as service:
-        settings = _settings(
-            keys,
-            apns_key=_pem(keys["apns"]),
-            apns_key_id=KEY_ID,
-            apns_team_id=TEAM,
-            apns_topic=TOPIC,
-            apns_base_url=service.url,
-            apns_ca_file=cert_file,
-            webhook_retry_base_seconds=0.0,  # a retry is due at once, unless Retry-After says
-        )
+        # A retry is due at once, unless Retry-After says otherwise.
+        settings = _apns_settings(keys, service.url, webhook_retry_base_seconds=0.0)
         customer = create_user(client)
         own = _client(app, customer)
         fresh = _register(own, customer, platform="apns", token="d" * 64)

@@ -220,6 +220,17 @@ def test_bad_replica_settings_stop_start_up_naming_the_variable(name, environ):
         Settings.from_env(environ)
 
 
+def _private_key_file(path, curve):
+    path.write_bytes(
+        ec.generate_private_key(curve).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return path
+
+
 @pytest.mark.parametrize(
     ("variable", "companions"),
     [
@@ -236,27 +247,13 @@ def test_an_es256_signing_key_that_is_not_p256_stops_the_start_naming_its_variab
 ):
     """Web Push and APNs sign with ES256: a key of another kind would fail every notification
     sent, so the settings refuse it, and a PEM that holds no key at all."""
-    other_curve = tmp_path / "p384.pem"
-    other_curve.write_bytes(
-        ec.generate_private_key(ec.SECP384R1()).private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    other_curve = _private_key_file(tmp_path / "p384.pem", ec.SECP384R1())
     with pytest.raises(ConfigurationError, match=f"{variable} must be a P-256"):
         Settings.from_env({variable: str(other_curve), **companions})
     garbled = tmp_path / "garbled.pem"
     garbled.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
     with pytest.raises(ConfigurationError, match=f"{variable}: .* holds no unencrypted private"):
         Settings.from_env({variable: str(garbled), **companions})
-    p256 = tmp_path / "p256.pem"
-    p256.write_bytes(
-        ec.generate_private_key(ec.SECP256R1()).private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    p256 = _private_key_file(tmp_path / "p256.pem", ec.SECP256R1())
     settings = Settings.from_env({variable: str(p256), **companions})
     assert p256.read_text() in (settings.vapid_private_key, settings.apns_key)
