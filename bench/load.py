@@ -3,8 +3,9 @@ in a PostgreSQL primary with one hot standby taking shopapi's reads, against a p
 Peewee baseline measured in the same run, on the same primary. The report opens with issue 20's
 goals (goals()), each measured, met or not.
 
-1. list: the mix's list query (`category` filter, `-price_cents` sort), baseline and shopapi in
-   interleaved rounds under the same load; CPU per request and the ratio between them.
+1. list: the mix's list query (`category` filter, `-price_cents` sort), baseline, the stack's
+   floor (the baseline's function on a bare Connexion FlaskApp under uvicorn, bench/floor_app.py)
+   and shopapi in interleaved rounds under the same load; CPU per request and the ratios.
 2. mix: list products 40 %, get a product 30 %, list my orders 15 %, place an order 10 %,
    patch a product 5 % (bench/mix.lua), each client with its own valid token; then each of the
    five alone, for its own cost (reads and writes size the database differently).
@@ -68,7 +69,7 @@ from shopapi.settings import Settings  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 BIN = pathlib.Path(sys.executable).parent
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS = 8200, 8201, (8202, 8203)
+SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS, FLOOR_PORT = 8200, 8201, (8202, 8203), 8204
 # The load: connections kept open by wrk's two threads, seconds per measured round.
 CONNECTIONS, THREADS = 32, 2
 ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
@@ -223,6 +224,15 @@ def baseline_server(log_dir, database_url: str = URL) -> Server:
     return Server("baseline", argv, env, BASELINE_PORT, log_dir)
 
 
+def floor_server(log_dir, database_url: str = URL) -> Server:
+    """The baseline's list on the fixed stack with no feature (bench/floor_app.py), served as
+    shopapi is: gunicorn's uvicorn workers, as many as the baseline's."""
+    argv = [str(BIN / "gunicorn"), "-w", "2", "-k", "uvicorn_worker.UvicornWorker"]
+    argv += ["-b", f"127.0.0.1:{FLOOR_PORT}", "bench.floor_app:create_app()"]
+    env = {**os.environ, "BENCH_DATABASE_URL": database_url}
+    return Server("floor", argv, env, FLOOR_PORT, log_dir)
+
+
 def cpu_seconds(servers: list[Server]) -> dict[str, float]:
     """CPU seconds used so far by the servers (app), each database cluster (primary, replica)
     and the servers' PgBouncers, from one reading of /proc."""
@@ -318,17 +328,19 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
-def compare_list(baseline: Server, shopapi: Server, data) -> dict:
-    say(f"list: baseline and shopapi, {ROUNDS} interleaved rounds of {ROUND_SECONDS} s")
-    for server in (baseline, shopapi):
+def compare_list(servers: dict[str, Server], data) -> dict:
+    """The list on each of `servers` (baseline, floor, shopapi), in interleaved rounds."""
+    say(f"list: {', '.join(servers)}, {ROUNDS} interleaved rounds of {ROUND_SECONDS} s")
+    for server in servers.values():
         wrk([server], data, "list", WARM_UP_SECONDS)
-    runs = {"baseline": [], "shopapi": []}
+    runs = {name: [] for name in servers}
     for _ in range(ROUNDS):
-        for name, server in (("baseline", baseline), ("shopapi", shopapi)):
+        for name, server in servers.items():
             runs[name].append(wrk([server], data, "list", ROUND_SECONDS))
             say(_line(f"  {name}", runs[name][-1]))
     summary = {name: medians(rounds) for name, rounds in runs.items()}
     summary["app_cpu_ratio"] = summary["shopapi"]["app_cpu_ms"] / summary["baseline"]["app_cpu_ms"]
+    summary["floor_ratio"] = summary["floor"]["app_cpu_ms"] / summary["baseline"]["app_cpu_ms"]
     summary["rounds"] = runs
     return summary
 
@@ -520,15 +532,20 @@ def main() -> int:
             "shopapi", SHOPAPI_PORT, os.cpu_count(), secrets_env, scratch, primary, replica
         )
         baseline = baseline_server(scratch, primary)
+        floor = floor_server(scratch, primary)
         try:
-            results["list"] = compare_list(baseline, shopapi, data)
+            results["list"] = compare_list(
+                {"baseline": baseline, "floor": floor, "shopapi": shopapi}, data
+            )
             baseline.stop()
+            floor.stop()
             results["mix"] = measure_mix(shopapi, data)
             results["operations"] = measure_operations(shopapi, data)
             results["steps"] = step_load(shopapi, data, results["mix"]["throughput"])
         finally:
             shopapi.stop()
             baseline.stop()
+            floor.stop()
         results["scale_out"] = scale_out(data, secrets_env, tokens, scratch, replication)
         CLUSTERS.clear()
     results["seconds"] = time.monotonic() - started
@@ -595,7 +612,8 @@ def durable(url: str) -> None:
 
 
 def _errors(results: dict) -> int:
-    saturated = [results["list"]["baseline"], results["list"]["shopapi"], results["mix"]]
+    listed = results["list"]
+    saturated = [listed["baseline"], listed["floor"], listed["shopapi"], results["mix"]]
     saturated += [results["scale_out"]["one"], results["scale_out"]["two"]]
     errors = sum(summary["errors"] for summary in saturated)
     errors += sum(step["errors"] for step in results["steps"])
@@ -707,6 +725,11 @@ def goals_report(results: dict) -> list[str]:
         f"({parts}) x 10 = **{cores(mix, *MIX_PARTS):.1f}**; the baseline list "
         f"({baseline_parts}) x 10 = **{cores(baseline, *BASELINE_PARTS):.1f}**. PgBouncer is "
         "counted (shopapi's side only: the baseline connects directly).",
+        f"- The stack's floor: the baseline's list, the same function, served as shopapi is "
+        f"(gunicorn's uvicorn workers, a bare Connexion FlaskApp, Flask on a thread; "
+        f"bench/floor_app.py) with no feature, costs **{results['list']['floor_ratio']:.2f}x** "
+        "the baseline's app CPU: that part of the ratios above is the fixed stack's, before "
+        "any of shopapi's features.",
         f"- Saturation: the mix's unthrottled throughput, {saturated:,.0f} req/s; the steps below "
         "offer fractions of it at a constant rate.",
         f"- Load average (1 min) {load['before']:.1f} before the run, {load['after']:.1f} after, "
@@ -757,6 +780,7 @@ def markdown(results: dict) -> str:
         "| cores busy (all: app, databases, PgBouncer, wrk) | server cores for 10,000 req/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
         row("list, plain Flask + Peewee baseline", listed["baseline"]),
+        row("list, the stack's floor (bare Connexion FlaskApp, uvicorn)", listed["floor"]),
         row("list, shopapi", listed["shopapi"]),
         row("mix, shopapi", mix),
         row("mix, one instance of 1 worker", scale["one"]),

@@ -1,0 +1,36 @@
+"""The floor of the fixed stack: the baseline's list (bench/baseline_app.py), the very function,
+served as shopapi is served (gunicorn's uvicorn workers, a Connexion FlaskApp routing one operation
+of a contract to Flask on a thread) and with none of shopapi's features: no security, parameter
+validation, limits, metrics, logs or layers of its own. What it costs beyond the baseline is the
+stack's, before any feature.
+
+    BENCH_DATABASE_URL=... gunicorn -w 2 -k uvicorn_worker.UvicornWorker \
+        -b 127.0.0.1:8104 'bench.floor_app:create_app()'
+"""
+
+import connexion
+
+from bench import baseline_app
+from models.db import close_connection, open_database, use
+
+# One operation, no parameters declared: the handler reads the query as the baseline's does.
+CONTRACT = {
+    "openapi": "3.0.3",
+    "info": {"title": "The stack's floor", "version": "1"},
+    "paths": {
+        "/v1/products": {
+            "get": {
+                "operationId": "bench.baseline_app.list_products",
+                "responses": {"200": {"description": "A page of products."}},
+            }
+        }
+    },
+}
+
+
+def create_app() -> connexion.FlaskApp:
+    use(open_database(baseline_app.URL))
+    app = connexion.FlaskApp(__name__)
+    app.add_api(CONTRACT)
+    app.app.teardown_request(close_connection)
+    return app
