@@ -726,7 +726,7 @@ def goals_report(results: dict) -> list[str]:
         f"({baseline_parts}) x 10 = **{cores(baseline, *BASELINE_PARTS):.1f}**. PgBouncer is "
         "counted (shopapi's side only: the baseline connects directly).",
         f"- The stack's floor: the baseline's list, the same function, served as shopapi is "
-        f"(gunicorn's uvicorn workers, a bare Connexion FlaskApp, Flask on a thread; "
+        f"(gunicorn's uvicorn workers, a bare Connexion FlaskApp, Flask on shopapi's bridge; "
         f"bench/floor_app.py) with no feature, costs **{results['list']['floor_ratio']:.2f}x** "
         "the baseline's app CPU: that part of the ratios above is the fixed stack's, before "
         "any of shopapi's features.",
