@@ -19,10 +19,10 @@ from support.push_services import (
     BrowserSubscription,
     Http2Service,
     Service,
-    self_signed_certificate,
     unb64url,
     verify_es256,
 )
+from support.tls import self_signed_certificate
 
 from models import Event
 from models.delivery import Retries

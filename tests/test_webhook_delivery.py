@@ -2,7 +2,6 @@
 shopapi.events.worker` process against the test database, posting to a real local receiver
 (tests/support/receiver.py)."""
 
-import datetime
 import os
 import pathlib
 import signal
@@ -14,12 +13,10 @@ import threading
 
 import orjson
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
 from support.helpers import bearer, create_product, create_user, place_order, wait_for
 from support.receiver import Drip, Hold, Receiver, in_turn
+from support.tls import self_signed_certificate
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.db import database
@@ -769,32 +766,10 @@ def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch):
 def _tls_for(name: str, tmp_path) -> tuple[ssl.SSLContext, pathlib.Path]:
     """A server context with a self-signed certificate for `name`, and that certificate's file
     (for a client to trust)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file, key_file = self_signed_certificate(tmp_path, name)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert_file, key_file)
-    return server, cert_file
+    return server, pathlib.Path(cert_file)
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,7 @@ it and recording every request; and what a browser does with a push subscription
 
 import base64
 import dataclasses
-import datetime
 import http.server
-import ipaddress
 import json
 import os
 import socket
@@ -17,13 +15,11 @@ from collections.abc import Callable
 import h2.config
 import h2.connection
 import h2.events
-from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import NameOID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,40 +77,6 @@ class Service:
     def __exit__(self, *exc_info):
         self._server.shutdown()
         self._server.server_close()
-
-
-def self_signed_certificate(directory) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 and its key: PEM files in `directory`."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = os.path.join(directory, "apns.crt"), os.path.join(directory, "apns.key")
-    with open(cert_file, "wb") as out:
-        out.write(certificate.public_bytes(serialization.Encoding.PEM))
-    with open(key_file, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-    return cert_file, key_file
 
 
 class Http2Service:
