@@ -10,6 +10,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.contract.operations import Operation, route_pattern
+from shopapi.pipeline.request_facts import operation_of
 
 
 class ResponseHeadersMiddleware:
@@ -25,13 +26,14 @@ class ResponseHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        state = scope.setdefault("state", {})
+        scope.setdefault("state", {})
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = None
-                for name, value in _headers(state, scope["path"]):
-                    headers = headers or MutableHeaders(scope=message)
+                for name, value in _headers(scope):
+                    if headers is None:
+                        headers = MutableHeaders(scope=message)
                     if name == "Vary":  # one Vary, with CORS's Origin if it named that
                         headers.add_vary_header(value)
                     else:
@@ -41,7 +43,8 @@ class ResponseHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
-def _headers(state: dict, path: str):
+def _headers(scope: Scope):
+    state = scope["state"]
     usage = state.get("rate_limit")
     if usage is not None:
         yield from usage.headers().items()
@@ -52,9 +55,9 @@ def _headers(state: dict, path: str):
         if version:
             yield "API-Version", version
         yield "Vary", "Accept"
-    operation = state.get("operation")
+    operation = operation_of(scope)
     if operation is not None and operation.deprecation:
-        yield from deprecation_headers(operation, path)
+        yield from deprecation_headers(operation, scope["path"])
 
 
 def _midnight(day: datetime.date) -> datetime.datetime:
