@@ -146,6 +146,28 @@ def test_unknown_path_is_404(client):
     assert_problem(client.get("/nowhere"), 404)
 
 
+def test_an_encoded_slash_or_backslash_in_a_path_is_404(client):
+    # Decoded, `/v1/products%2f1` would be `/v1/products/1`: a route that a proxy's rules for
+    # `/v1/products/...` never saw, as `%2F` is no separator to it (RFC 3986 2.2).
+    product = create_product(client)
+    for path in (
+        f"/v1/products%2f{product['id']}",
+        f"/v1/products%2F{product['id']}",
+        f"/v2/products%2f{product['id']}",
+        f"/products%2F{product['id']}",
+        "/v1%2fproducts",
+        f"/v1/products%5c{product['id']}",
+        "/v1%5Cproducts",
+        "/healthz%2F",
+    ):
+        body = assert_problem(client.get(path), 404)
+        assert "encoded" in body["detail"], path
+        assert product["sku"] not in body["detail"]
+    # Elsewhere than in the path, an encoded slash is only data.
+    listed = client.get("/v1/products", params={"name[contains]": "a/b"})
+    assert listed.status_code == 200, listed.text
+
+
 def test_wrong_method_is_405_listing_every_allowed_method(client):
     response = client.delete("/v1/products")
     assert_problem(response, 405)
