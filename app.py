@@ -49,6 +49,7 @@ from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.draining import Drain
 from shopapi.pipeline.event_stream import EventStreamMiddleware
 from shopapi.pipeline.exact_paths import (
+    EncodedSeparatorMiddleware,
     ExactRoutingMiddleware,
     ExactSwaggerUIMiddleware,
     no_merge_slashes,
@@ -227,6 +228,8 @@ def pipeline(
         ),
         # Connexion's: any exception below becomes problem+json (shopapi/web/problems.py).
         ExceptionMiddleware,
+        # A path with an encoded `/` or `\` is a 404 before anything serves its decoded form.
+        EncodedSeparatorMiddleware,
         # Each version's contract document, prepared once, with its ETag and gzip form.
         partial(served.ServedContractMiddleware, documents=contract_documents),
         # Connexion's docs UI, then its router: neither redirects a path that is not a route.

@@ -159,7 +159,7 @@ def test_a_time_out_of_range_is_400_naming_it_in_every_body_and_filter(client):
                         headers={"Content-Type": media_type},
                     )
                     body = assert_problem(response, 400)
-                    error = {"pointer": where, "detail": f"{value!r} is not a 'date-time'"}
+                    error = {"pointer": where, "detail": "is not a 'date-time'"}
                     assert error in body["errors"], (op, value)
                 checked += 1
     assert checked > 100  # the list filters of every time field, and expires_at of an API key

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from support.helpers import assert_problem, create_product
+from support.helpers import assert_problem, create_product, create_user
 
 
 def test_malformed_json_is_400(client):
@@ -57,8 +57,68 @@ def test_undeclared_and_read_only_fields_are_400_each_named(client):
     body = assert_problem(response, 400)
     details = {(e["pointer"], e["detail"]) for e in body["errors"]}
     assert ("/id", "is read-only and cannot be sent") in details
-    assert ("/price_cents", "-1 is less than the minimum of 0") in details
+    assert ("/price_cents", "is less than the minimum of 0") in details
     assert any(p == "" and "colour" in d for p, d in details)
+
+
+def test_a_validation_error_names_the_rule_broken_but_never_the_value_sent(client, capsys):
+    # Tokens are never shown back, to anyone: not in a 400's body, nor in any log line.
+    devices = f"/v1/users/{create_user(client)['id']}/devices"
+    capsys.readouterr()
+    sent = [
+        (
+            client.post(
+                "/v1/oauth/token",
+                data={"grant_type": "refresh_token", "refresh_token": "SECRET-R" + "r" * 300},
+            ),
+            {"/refresh_token": "is longer than 200 characters"},
+        ),
+        (
+            client.post(
+                "/v1/oauth/token", data={"grant_type": "password", "password": "SECRET-P" * 40}
+            ),
+            {"/password": "is longer than 256 characters"},
+        ),
+        (
+            client.post(devices, json={"platform": "fcm", "token": "SECRET-F with spaces"}),
+            {"/token": "does not match '^[\\x21-\\x7E]+$'"},
+        ),
+        (
+            client.post(devices, json={"platform": "apns", "token": "SECRET-A" * 10}),
+            {"/token": "does not match '^[0-9A-Fa-f]{64,200}$'"},
+        ),
+        (
+            client.post(
+                devices,
+                json={
+                    "platform": "webpush",
+                    "subscription": {
+                        "endpoint": "wss://push.example.net/SECRET-E",
+                        "keys": {"p256dh": "SECRET-K" * 11, "auth": "SECRET-U!"},
+                    },
+                },
+            ),
+            {
+                "/subscription/endpoint": "does not match '^[Hh][Tt][Tt][Pp][Ss]?://'",
+                "/subscription/keys/p256dh": "does not match '^[A-Za-z0-9_-]{87}=?$'",
+                "/subscription/keys/auth": "does not match '^[A-Za-z0-9_-]{22}(==)?$'",
+            },
+        ),
+        (
+            client.get(
+                "/v1/products", params={"created_at[gt]": "SECRET-D", "per_page": "SECRET-N"}
+            ),
+            {"created_at[gt]": "is not a 'date-time'", "per_page": "is not of type 'integer'"},
+        ),
+    ]
+    for response, expected in sent:
+        body = assert_problem(response, 400)
+        errors = {e.get("pointer", e.get("parameter")): e["detail"] for e in body["errors"]}
+        assert errors == expected, body
+        assert "SECRET" not in response.text
+    written = capsys.readouterr()
+    assert written.out.count('"shopapi.requests"') == len(sent)  # each request's line was read
+    assert "SECRET" not in written.out + written.err
 
 
 def test_missing_body_is_400(client):
@@ -84,6 +144,28 @@ def test_wrong_media_type_is_415(client):
 def test_unknown_path_is_404(client):
     assert_problem(client.get("/v1/widgets"), 404)
     assert_problem(client.get("/nowhere"), 404)
+
+
+def test_an_encoded_slash_or_backslash_in_a_path_is_404(client):
+    # Decoded, `/v1/products%2f1` would be `/v1/products/1`: a route that a proxy's rules for
+    # `/v1/products/...` never saw, as `%2F` is no separator to it (RFC 3986 2.2).
+    product = create_product(client)
+    for path in (
+        f"/v1/products%2f{product['id']}",
+        f"/v1/products%2F{product['id']}",
+        f"/v2/products%2f{product['id']}",
+        f"/products%2F{product['id']}",
+        "/v1%2fproducts",
+        f"/v1/products%5c{product['id']}",
+        "/v1%5Cproducts",
+        "/healthz%2F",
+    ):
+        body = assert_problem(client.get(path), 404)
+        assert "encoded" in body["detail"], path
+        assert product["sku"] not in body["detail"]
+    # Elsewhere than in the path, an encoded slash is only data.
+    listed = client.get("/v1/products", params={"name[contains]": "a/b"})
+    assert listed.status_code == 200, listed.text
 
 
 def test_wrong_method_is_405_listing_every_allowed_method(client):

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import yaml
 from support.helpers import assert_problem, bearer, bearer_for, create_user
-from support.metrics_text import sample_sum
+from support.metrics_text import label_values, sample_sum
 
 ORIGIN = "https://app.example.com"
 METRICS_TOKEN = "metrics-token-for-tests"
@@ -279,6 +279,27 @@ def test_latency_is_a_histogram_by_operation_method_and_status(observed):
     assert sample_sum(text, "http_request_duration_seconds_count", **labels) == before + 1
     infinite = sample_sum(text, "http_request_duration_seconds_bucket", le="+Inf", **labels)
     assert infinite == before + 1
+
+
+def test_a_method_outside_http_s_own_is_measured_as_other(observed, capsys):
+    # Each method a client invents would otherwise be a label value, a time series, for good.
+    unusual = ["PROPFIND", "MKCOL", "LOCK", f"X{uuid.uuid4().hex.upper()}"]
+    labels = {"operation": "none", "method": "other", "status": "405"}
+    before = sample_sum(
+        observed.get("/metrics", headers=SCRAPE).text, "http_requests_total", **labels
+    )
+    capsys.readouterr()
+    for method in unusual:
+        assert_problem(observed.request(method, "/v1/products", headers=bearer()), 405)
+    text = observed.get("/metrics", headers=SCRAPE).text
+    assert sample_sum(text, "http_requests_total", **labels) == before + len(unusual)
+    count = sample_sum(text, "http_request_duration_seconds_count", **labels)
+    assert count >= len(unusual)
+    standard = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+    assert label_values(text, "method") <= standard | {"other"}
+    # The log line still says what was sent.
+    logged = [line["method"] for line in _log_lines(capsys.readouterr().out)]
+    assert logged[: len(unusual)] == unusual
 
 
 class _AlertReceiver(http.server.BaseHTTPRequestHandler):

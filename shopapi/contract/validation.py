@@ -72,13 +72,74 @@ def _text_errors(instance, path=()):
             yield from _text_errors(value, (*path, index))
 
 
+# Rules whose messages name properties (the schema's, or the ones sent), never a value.
+_NAMING_PROPERTIES = frozenset({"required", "additionalProperties", "dependencies", "readOnly"})
+
+
 def _detail(error: ValidationError) -> str:
-    """What is wrong, in jsonschema's words, except that a secret (a password) is not quoted
-    back: the message would carry it into the response and any log of it."""
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if schema.get("format") == "password" or schema.get("writeOnly"):
-        return f"does not satisfy {error.validator} {error.validator_value!r}"
-    return error.message
+    """Which rule the value breaks, in the contract's terms and never quoting the value, whatever
+    the field: jsonschema's messages start with it, and a device's token, a refresh token or a
+    password would reach the response and any log of it."""
+    rule = error.validator_value
+    match error.validator:
+        case "type":
+            types = rule if isinstance(rule, list) else [rule]
+            return f"is not of type {', '.join(map(repr, types))}"
+        case "pattern":
+            return f"does not match '{rule}'"  # as the contract writes it, unescaped
+        case "format":
+            return f"is not a {rule!r}"
+        case "maxLength":
+            return f"is longer than {rule} characters"
+        case "minLength":
+            return f"is shorter than {rule} characters"
+        case "enum":
+            return f"is not one of {rule!r}"
+        case "minimum":
+            return f"is less than{_or_equal(error)} the minimum of {rule}"
+        case "maximum":
+            return f"is greater than{_or_equal(error)} the maximum of {rule}"
+        case "multipleOf":
+            return f"is not a multiple of {rule}"
+        case "minItems" | "minProperties":
+            return f"has fewer than {rule} {error.validator[3:].lower()}"
+        case "maxItems" | "maxProperties":
+            return f"has more than {rule} {error.validator[3:].lower()}"
+        case "uniqueItems":
+            return "has items that are not unique"
+        case "oneOf" if not error.context:
+            return "is valid under more than one of the given schemas"
+        case "oneOf" | "anyOf":
+            return "is not valid under any of the given schemas"
+        case validator if validator in _NAMING_PROPERTIES:
+            return error.message
+    return f"does not satisfy {error.validator}"
+
+
+def _or_equal(error: ValidationError) -> str:
+    """Draft 4's exclusiveMinimum and exclusiveMaximum are flags beside the bound."""
+    flag = "exclusive" + error.validator.capitalize()
+    return " or equal to" if isinstance(error.schema, dict) and error.schema.get(flag) else ""
+
+
+def _reported(error: ValidationError):
+    """`error`, or for a oneOf or anyOf that no alternative satisfies, the errors of the one
+    alternative the value was meant for: the only one whose top-level `enum`s it satisfies (a
+    device's `platform` picks its shape). Each error's `absolute_path` locates it."""
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        alternatives = collections.defaultdict(list)
+        for sub in error.context:
+            alternatives[sub.relative_schema_path[0]].append(sub)
+        meant = [
+            errors
+            for errors in alternatives.values()
+            if not any(e.validator == "enum" and len(e.relative_path) <= 1 for e in errors)
+        ]
+        if len(meant) == 1:
+            for sub in meant[0]:
+                yield from _reported(sub)
+            return
+    yield error
 
 
 def body_errors(validator, body) -> list[dict]:
@@ -89,8 +150,9 @@ def body_errors(validator, body) -> list[dict]:
         errors.append({"pointer": where, "detail": problem})
         if is_value:
             not_text.add(where)
-    for error in sorted(validator.iter_errors(body), key=lambda e: list(e.path)):
-        where = pointer(error.path)
+    reported = [error for found in validator.iter_errors(body) for error in _reported(found)]
+    for error in sorted(reported, key=lambda e: list(e.absolute_path)):
+        where = pointer(error.absolute_path)
         if where not in not_text:
             errors.append({"pointer": where, "detail": _detail(error)})
     return errors
@@ -199,11 +261,7 @@ class ParameterValidator(ConnexionParameterValidator):
         validator = _parameter_validator(param.get("schema", param))
         if validator.is_valid(value):
             return None
-        error = best_match(validator.iter_errors(value))
-        if error.validator == "maxLength":
-            # Not jsonschema's message, which quotes the value: tens of thousands of characters.
-            return f"is longer than {error.validator_value} characters"
-        return error.message
+        return _detail(best_match(validator.iter_errors(value)))
 
     def validate_request(self, request):
         declared = self.declared

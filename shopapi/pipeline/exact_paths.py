@@ -1,10 +1,13 @@
 """A path is answered as it is: one that is not a route is a 404, never a redirect to a route it
-nearly matches (Starlette's trailing-slash and Werkzeug's doubled-slash redirects are off).
-Design: docs/pipeline.md."""
+nearly matches (Starlette's trailing-slash and Werkzeug's doubled-slash redirects are off), nor
+that route once an encoded slash is decoded. Design: docs/pipeline.md."""
+
+import re
 
 import connexion
 from connexion.middleware.routing import RoutingMiddleware
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
+from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -59,6 +62,25 @@ class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
             await self.app(scope.copy(), receive, send)
             return
         await super().__call__(scope, receive, send)
+
+
+# `/` and `\` percent-encoded, in either case.
+_ENCODED_SEPARATOR = re.compile(rb"%(?:2f|5c)", re.IGNORECASE)
+
+
+class EncodedSeparatorMiddleware:
+    """A path holding `%2F` or `%5C` is a 404. The server decodes the path before anything routes
+    it, so `/v1/products%2F1` would be served as `/v1/products/1`: a path that a proxy's rules,
+    to which `%2F` is no separator (RFC 3986 2.2), never saw. No route has a segment with a
+    slash in it (every path parameter is an id)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _ENCODED_SEPARATOR.search(scope.get("raw_path") or b""):
+            raise HTTPException(404, "No path here holds an encoded slash or backslash (%2F, %5C).")
+        await self.app(scope, receive, send)
 
 
 def no_merge_slashes(app: connexion.FlaskApp) -> None:

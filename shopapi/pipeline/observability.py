@@ -64,7 +64,7 @@ class ObservabilityMiddleware:
     def _record(self, scope: Scope, path: str, status: int, seconds: float) -> None:
         routed = operation_of(scope)
         operation = routed.id if routed else _unrouted(scope)
-        method = scope["method"]
+        method = metrics.method_label(scope["method"])
         if operation in self.probes:
             metrics.PROBES.labels(operation, status).inc()
             if status < 400:

@@ -17,6 +17,18 @@ from prometheus_client import (
 NO_OPERATION = "none"
 PREFLIGHT = "preflight"
 
+# `method` is one of HTTP's own (RFC 9110 9.3, and PATCH), else this: a method is any token a
+# client cares to send (PROPFIND, MKCOL, ...), and each label value is a time series for good.
+METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+OTHER_METHOD = "other"
+
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else OTHER_METHOD
+
+
 REQUESTS = Counter(
     "http_requests_total",
     "Responses, by operation, method and status.",

@@ -11,3 +11,13 @@ def sample_sum(text: str, name: str, **labels: str) -> float:
         for sample in family.samples
         if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
     )
+
+
+def label_values(text: str, label: str) -> set[str]:
+    """Every value the label called `label` takes in any sample."""
+    return {
+        sample.labels[label]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if label in sample.labels
+    }
