@@ -99,10 +99,11 @@ def get_webhook(id):
 def update_webhook(id, body):
     webhook = _webhook(id)
     _check_url(body)
-    webhook.assign(body)
-    if body.get("enabled"):
-        webhook.disabled_reason = None
-    webhook.save()
+    changed = webhook.assign(body)
+    if body.get("enabled") and webhook.disabled_reason is not None:
+        webhook.disabled_reason, changed = None, True
+    if changed:
+        webhook.save()
     return represent(webhook)
 
 
