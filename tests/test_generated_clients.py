@@ -175,7 +175,7 @@ def log_in(client: GeneratedClient, base: str):
     response = client.operation("auth", "issue_token").sync_detailed(
         client=client.anonymous(base),
         body=models.TokenRequest(
-            grant_type="password",
+            grant_type=models.TokenRequestGrantType.PASSWORD,
             username=ADMIN["ADMIN_EMAIL"],
             password=ADMIN["ADMIN_PASSWORD"],
         ),

@@ -89,7 +89,10 @@ def test_a_204_has_no_content_type(client, version):
     response = client.delete(f"/{version}/products/{product['id']}")
     assert response.status_code == 204
     assert "content-type" not in response.headers
-    webhook = client.post(f"/{version}/webhooks", json={"url": "https://example.com/hook", "events": ["order.created"]})
+    webhook = client.post(
+        f"/{version}/webhooks",
+        json={"url": "https://example.com/hook", "events": ["order.created"]},
+    )
     response = client.delete(f"/{version}/webhooks/{webhook.json()['id']}")
     assert response.status_code == 204
     assert "content-type" not in response.headers
