@@ -53,4 +53,3 @@ def get_readiness():
         log.warning("not ready: the database does not answer: %s", error_summary(error))
         raise NotReady("The database does not answer.") from None
     return {"status": "ready"}, 200, NO_STORE
-
