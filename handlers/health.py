@@ -1,5 +1,6 @@
 """The probes a balancer polls: /healthz (the process is alive) and /readyz (send it traffic:
-not draining, the database answers, its migrations are current)."""
+not draining, the primary answers, its migrations are current). Replicas do
+not count: losing one only moves reads (docs/database.md)."""
 
 import logging
 
@@ -34,11 +35,13 @@ def get_readiness():
     app = flask.current_app
     if app.extensions["shopapi.drain"].draining:
         raise NotReady("This instance is shutting down: it finishes what it serves, and no more.")
+    # The primary itself, not the routing proxy, which sends a GET's reads to a replica.
+    primary = database.obj
     try:
         if app.extensions.get(MIGRATED):
-            database.execute_sql("SELECT 1")  # one round trip: the database answers
+            primary.execute_sql("SELECT 1")  # one round trip: the primary answers
         else:
-            waiting = pending(database)  # one round trip too
+            waiting = pending(primary)  # one round trip too
             if waiting:
                 raise NotReady(
                     f"{len(waiting)} database migration(s) pending ({', '.join(waiting)}): "

@@ -33,11 +33,13 @@ def _changeable(id: int) -> Product:
 
 
 def _changed(id: int, change) -> dict:
-    """Apply `change(product)` to the product, locked, and save it with its events."""
+    """Apply `change(product)` to the product, locked, and save it with its events; a change
+    that changes no value is no change (no new updated_at, ETag or event)."""
     with database.atomic():
         product = _changeable(id)
         stock_before = product.stock
-        change(product)
+        if not change(product):
+            return represent(product)
         product.save()
         outbox.record("product.updated", product, represent)
         if product.fell_below(flask.current_app.config["LOW_STOCK_THRESHOLD"], stock_before):

@@ -110,11 +110,12 @@ def _change(id: int, body: dict, apply) -> dict:
     """Change user `id` by `apply(user, fields)`, in one transaction with the user locked: the
     checks (If-Match, role, current password), the change, and the revocation if it changes the
     password, email or role. The slow part (scrypt, for the current password and the new one)
-    is done before the lock is taken."""
+    is done before the lock is taken. A change that changes nothing saves nothing."""
     self_service = current_principal().user_id == id
     proof = _early_proof(id, body) if self_service else None
+    restated = _restated_password(id, body, proof)
     new_hash = None
-    if "password" in body and not _keeps_password(body, proof):
+    if "password" in body and not restated.matches:
         new_hash = hash_password(body["password"])
     fields = {k: v for k, v in body.items() if k not in ("password", "current_password")}
     with database.atomic():
@@ -123,14 +124,15 @@ def _change(id: int, body: dict, apply) -> dict:
         if self_service and _changes_credentials(body, user):
             proof = _checked_current_password(body, user, proof)
         before = (user.email, user.role)
-        apply(user, fields)
-        sets_password = "password" in body and not _keeps_password(body, proof)
+        changed = apply(user, fields)
+        sets_password = "password" in body and not _still_the_password(restated, user)
         if sets_password:
             user.password_hash = new_hash or hash_password(body["password"])
-        if sets_password or (normalised_email(user.email), user.role) != before:
+        if sets_password or (user.email, user.role) != before:
             Revocation.record(user)
-        with _limited_if_email_taken(user, before[0]):
-            user.save()
+        if changed or sets_password:
+            with _limited_if_email_taken(user, before[0]):
+                user.save()
     return represent(user)
 
 
@@ -180,12 +182,22 @@ def _checked_current_password(body: dict, user: User, proof: _Proof | None) -> _
     return proof
 
 
-def _keeps_password(body: dict, proof: _Proof | None) -> bool:
-    """Whether `password` is the current one, as proven by `current_password` (a PUT restates
-    it): then it is no change."""
-    return (
-        proof is not None
-        and proof.matches
-        and "password" in body
-        and hmac.compare_digest(body["password"].encode(), body["current_password"].encode())
-    )
+def _restated_password(id: int, body: dict, proof: _Proof | None) -> _Proof:
+    """Whether `password` is the user's current one (a PUT restates it): then it is no change.
+    `current_password`'s proof answers when the two are the same; else the password is checked,
+    before the transaction, as the new one would be hashed there."""
+    if "password" not in body:
+        return _Proof("", False)
+    if proof is not None and hmac.compare_digest(
+        body["password"].encode(), body["current_password"].encode()
+    ):
+        return proof
+    user = User.get_or_none(User.id == id)
+    if user is None:
+        return _Proof("", False)
+    return _Proof(user.password_hash, user.check_password(body["password"]))
+
+
+def _still_the_password(restated: _Proof, user: User) -> bool:
+    """`restated` proved the password the (locked) user still has."""
+    return restated.matches and restated.password_hash == user.password_hash

@@ -11,6 +11,7 @@ from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.errors import InvalidReference
 from shopapi.auth.security import current_principal
 from shopapi.events import webhook_signatures, webhook_targets
+from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.problems import ValidationProblem
 from shopapi.web.representations import current_version
@@ -61,6 +62,12 @@ def _webhook(id: int) -> Webhook:
     return _reachable().where(Webhook.id == id).get()
 
 
+def _changeable(id: int) -> Webhook:
+    """Your webhook, locked for a change that the request's If-Match allows."""
+    _webhook(id)  # 404 unless the caller reaches it, whatever the condition
+    return if_match(Webhook.get_for_update(id), represent)
+
+
 def _check_url(body: dict) -> None:
     if "url" not in body:
         return
@@ -97,17 +104,18 @@ def get_webhook(id):
 
 
 def update_webhook(id, body):
-    webhook = _webhook(id)
+    webhook = _changeable(id)
     _check_url(body)
-    webhook.assign(body)
-    if body.get("enabled"):
-        webhook.disabled_reason = None
-    webhook.save()
+    changed = webhook.assign(body)
+    if body.get("enabled") and webhook.disabled_reason is not None:
+        webhook.disabled_reason, changed = None, True
+    if changed:
+        webhook.save()
     return represent(webhook)
 
 
 def delete_webhook(id):
-    _webhook(id).delete_instance()  # its deliveries go with it (ON DELETE CASCADE)
+    _changeable(id).delete_instance()  # its deliveries go with it (ON DELETE CASCADE)
 
 
 def list_webhook_deliveries(webhook_id, **params):

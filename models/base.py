@@ -42,18 +42,37 @@ class BaseModel(peewee.Model):
             query = query.for_update()
         return query.get()
 
-    def assign(self, changes: dict) -> None:
-        """Set the writable fields named in `changes` (a merge patch: absent fields stay)."""
+    def assign(self, changes: dict) -> bool:
+        """Set the writable fields named in `changes` (a merge patch: absent fields stay).
+        Returns whether any value changed."""
+        changed = False
         for name in self.writable:
             if name in changes:
-                setattr(self, name, changes[name])
+                changed |= self._set(name, changes[name])
+        return changed
 
-    def replace(self, fields: dict) -> None:
+    def replace(self, fields: dict) -> bool:
         """Set every writable field: from `fields`, else the field's default (a PUT). A writable
-        attribute that is not a column (a user's password) is only ever set, never reset."""
+        attribute that is not a column (a user's password) is only ever set, never reset.
+        Returns whether any value changed."""
+        changed = False
         for name in self.writable:
             if name in fields:
-                setattr(self, name, fields[name])
+                changed |= self._set(name, fields[name])
             elif name in self._meta.fields:
                 field = self._meta.fields[name]
-                setattr(self, name, field.default() if callable(field.default) else field.default)
+                changed |= self._set(
+                    name, field.default() if callable(field.default) else field.default
+                )
+        return changed
+
+    def _set(self, name: str, value) -> bool:
+        """Set `name` to `value`; whether that changed what it reads as (a write-only attribute,
+        which cannot be read, always does)."""
+        try:
+            before = getattr(self, name)
+        except AttributeError:
+            setattr(self, name, value)
+            return True
+        setattr(self, name, value)
+        return getattr(self, name) != before

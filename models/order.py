@@ -95,12 +95,13 @@ class Order(BaseModel):
         return orders
 
     def change(self, changes: dict) -> None:
-        """Apply a change of `status` (a state transition) and/or `note`."""
+        """Apply a change of `status` (a state transition) and/or `note`; one that changes no
+        value saves nothing."""
         with database.transaction():  # joins the caller's, as in place()
             if "status" in changes and changes["status"] != self.status:
                 self._move_to(changes["status"])
-            self.assign(changes)
-            self.save()
+            if self.assign(changes):
+                self.save()
 
     def _move_to(self, new_status: str) -> None:
         if new_status not in TRANSITIONS[self.status]:

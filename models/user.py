@@ -72,6 +72,10 @@ class User(BaseModel):
         except peewee.IntegrityError:
             pass  # another worker starting at the same moment created it
 
+    def _set(self, name: str, value) -> bool:
+        # An email in another case is the same email: setting it is no change.
+        return super()._set(name, normalised_email(value) if name == "email" else value)
+
     def save(self, *args, **kwargs):
         # Emails are unique regardless of case, so they are kept in one case.
         self.email = normalised_email(self.email)

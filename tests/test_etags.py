@@ -1,5 +1,5 @@
-"""ETags and conditional requests: a strong ETag on every user, product and order (GET, PUT,
-PATCH), a weak one on every list; If-None-Match answers 304; a stale If-Match on PUT, PATCH or
+"""ETags and conditional requests: a strong ETag on every user, product, order and webhook (GET,
+PUT, PATCH), a weak one on every list; If-None-Match answers 304; a stale If-Match on PUT, PATCH or
 DELETE answers 412 and changes nothing, atomically with the change it guards."""
 
 import datetime
@@ -216,6 +216,22 @@ def test_a_stale_if_match_is_412_and_changes_nothing(client, resource, method):
     assert after.status_code == 200
     assert after.json() == before.json()
     assert after.headers["etag"] == before.headers["etag"]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_webhook_has_a_strong_etag_and_takes_both_conditions(client, version):
+    hook = {"url": "https://hooks.example.com/etags", "events": ["order.created"]}
+    url = f"/{version}/webhooks/{client.post(f'/{version}/webhooks', json=hook).json()['id']}"
+    tag = client.get(url).headers["etag"]
+    assert STRONG.match(tag)
+    assert client.get(url, headers={"If-None-Match": tag}).status_code == 304
+    changed = client.patch(url, json={"description": "Orders"}, headers={"If-Match": tag})
+    assert changed.status_code == 200
+    assert changed.headers["etag"] == client.get(url).headers["etag"] != tag
+    assert_problem(client.patch(url, json={"enabled": False}, headers={"If-Match": tag}), 412)
+    assert_problem(client.delete(url, headers={"If-Match": tag}), 412)
+    assert client.get(url).json()["enabled"] is True
+    assert client.delete(url, headers={"If-Match": changed.headers["etag"]}).status_code == 204
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import pkgutil
 import subprocess
 import sys
 import uuid
@@ -162,6 +163,17 @@ def test_the_generator_prints_no_warning(generated, version):
     assert lines[0].startswith("Generating "), output
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_generated_module_imports(generated, version):
+    """A client developer imports what they need, any of it: every module of the package, not
+    only those the flows below use, must import."""
+    package = importlib.import_module(generated[version].package)
+    modules = list(pkgutil.walk_packages(package.__path__, f"{package.__name__}."))
+    assert len(modules) > 50
+    for module in modules:
+        importlib.import_module(module.name)
+
+
 @pytest.fixture(scope="module")
 def server(database_url):
     with live_server(database_url, **ADMIN) as base:
@@ -175,7 +187,7 @@ def log_in(client: GeneratedClient, base: str):
     response = client.operation("auth", "issue_token").sync_detailed(
         client=client.anonymous(base),
         body=models.TokenRequest(
-            grant_type="password",
+            grant_type=models.TokenRequestGrantType.PASSWORD,
             username=ADMIN["ADMIN_EMAIL"],
             password=ADMIN["ADMIN_PASSWORD"],
         ),

@@ -229,6 +229,17 @@ def test_malformed_token_requests_get_rfc6749_errors(anonymous, form, error):
     _assert_oauth_error(anonymous.post(TOKEN, data=form), 400, error)
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_contract_requires_a_grant_type_it_names(anonymous, version):
+    """Generated clients and Swagger UI's example mode make grant_type a required choice, not an
+    optional text; the grants' own parameters are told in each one's description."""
+    schemas = anonymous.get(f"/{version}/openapi.json").json()["components"]["schemas"]
+    request = schemas["TokenRequest"]
+    assert request["required"] == ["grant_type"]
+    grant_type = request["properties"]["grant_type"]
+    assert grant_type["enum"] == ["password", "client_credentials", "refresh_token"]
+
+
 def test_unknown_token_request_parameters_are_ignored(anonymous, customer):
     response = _password_grant(
         anonymous, "carol@example.com", "carol-password", state="xyz", foo="bar"

@@ -1,3 +1,4 @@
+import pytest
 from support.helpers import assert_problem, create_product
 
 
@@ -78,6 +79,23 @@ def test_delete_answers_204_then_404(client):
     assert response.content == b""
     assert_problem(client.get(f"/v1/products/{product['id']}"), 404)
     assert_problem(client.delete(f"/v1/products/{product['id']}"), 404)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_204_has_no_content_type(client, version):
+    """No content has no media type: a client that reads Content-Type must not take an empty
+    204 for a problem document."""
+    product = create_product(client)
+    response = client.delete(f"/{version}/products/{product['id']}")
+    assert response.status_code == 204
+    assert "content-type" not in response.headers
+    webhook = client.post(
+        f"/{version}/webhooks",
+        json={"url": "https://example.com/hook", "events": ["order.created"]},
+    )
+    response = client.delete(f"/{version}/webhooks/{webhook.json()['id']}")
+    assert response.status_code == 204
+    assert "content-type" not in response.headers
 
 
 def test_a_deleted_products_id_is_never_given_to_another(client):

@@ -246,3 +246,26 @@ def test_a_failing_replica_is_answered_by_the_primary(replayed):
         current_route.reset(token)
         use(bound)
         primary.close_all()
+
+
+def test_readiness_is_the_primarys_whatever_the_replica_does(hosts, replayed):
+    """/readyz says whether this host can serve writes: a host that has lost the primary leaves
+    the balancer even while its replica answers; a lost replica only moves reads."""
+    replayed.standby.stop()
+    for base in hosts:
+        assert httpx.get(f"{base}/readyz", timeout=60).status_code == 200
+    replayed.standby.start()
+    replayed.primary.stop()
+    try:
+        for base in hosts:
+            wait_for(
+                lambda: httpx.get(f"{base}/readyz", timeout=60).status_code == 503,  # noqa: B023
+                what="the host without its primary is not ready",
+            )
+    finally:
+        replayed.primary.start()
+    for base in hosts:
+        wait_for(
+            lambda: httpx.get(f"{base}/readyz", timeout=60).status_code == 200,  # noqa: B023
+            what="the host is ready again with its primary",
+        )

@@ -22,6 +22,11 @@ class OAuthError(Exception):
         self.error, self.description = error, description
         self.status, self.headers = status, headers or {}
 
+    def answer(self) -> tuple[dict, int, dict]:
+        """RFC 6749 5.2's JSON error: body, status, headers."""
+        body = {"error": self.error, "error_description": self.description}
+        return body, self.status, {**_NO_STORE, **self.headers}
+
 
 def _scopes_asked(body: dict, allowed: frozenset[str]) -> frozenset[str]:
     """The scopes the request narrows the token to, all of `allowed` when it names none."""
@@ -87,8 +92,7 @@ class TokenEndpoint:
                 raise OAuthError("unsupported_grant_type", f"Grant types: {', '.join(_GRANTS)}.")
             return grant(self, body, _client(body, authorization))
         except OAuthError as error:
-            answer = {"error": error.error, "error_description": error.description}
-            return answer, error.status, {**_NO_STORE, **error.headers}
+            return error.answer()
 
     def _tokens_answer(self, subject: str, scopes: frozenset[str], refresh_token=None, **claims):
         body = {

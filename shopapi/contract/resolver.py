@@ -3,6 +3,7 @@ v1's form, the operation's ETag behaviour. Why: docs/contract.md."""
 
 import functools
 
+import flask
 from connexion.resolver import Resolution, Resolver
 
 from shopapi.web import etags, representations
@@ -26,6 +27,22 @@ def _as_json(handler):
     return wrapper
 
 
+def _untyped_when_empty(handler):
+    """A 204 has no body, and so no media type: left to Connexion, it would name the only type
+    the operation declares, its errors' problem+json. (Werkzeug drops a 304's itself.)"""
+
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        body, status, headers = handler(*args, **kwargs)
+        if status != 204:
+            return body, status, headers
+        response = flask.Response(status=204, headers=headers)
+        del response.headers["Content-Type"]
+        return response
+
+    return wrapper
+
+
 class HandlerResolver(Resolver):
     def __init__(self, spec: dict):
         """`spec`: the contract whose operations this resolver resolves."""
@@ -36,4 +53,5 @@ class HandlerResolver(Resolver):
         operation_id = self.resolve_operation_id(operation)
         handler = _as_json(self.resolve_function_from_operation_id(operation_id))
         handler = etags.conditional(handler, self.spec, operation.path, operation.method)
+        handler = _untyped_when_empty(handler)
         return Resolution(handler, operation_id)

@@ -16,6 +16,7 @@ from jsonschema import Draft4Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
+from shopapi.auth.oauth import OAuthError
 from shopapi.contract.formats import FORMAT_CHECKER
 from shopapi.contract.per_definition import PerDefinition
 from shopapi.web.problems import ValidationProblem
@@ -317,10 +318,24 @@ class FormValidator(FormDataValidator):
     def _validate(self, body):
         if self._strict_validation and self._schema.get("additionalProperties") is False:
             self._validate_params_strictly(body)
+        _check_grant_type(self._schema, body)
         errors = body_errors(self._validator, body)
         if errors:
             raise ValidationProblem(errors)
         return body
+
+
+def _check_grant_type(schema: dict, body: dict) -> None:
+    """A token request's grant type, refused as RFC 6749 5.2 says (OAuth client libraries read
+    its `error`), not as a problem detail: missing is `invalid_request`, one the contract does
+    not list `unsupported_grant_type`."""
+    grant_types = schema.get("properties", {}).get("grant_type", {}).get("enum")
+    if grant_types is None:
+        return
+    if not body.get("grant_type"):
+        raise OAuthError("invalid_request", "Missing grant_type.")
+    if body["grant_type"] not in grant_types:
+        raise OAuthError("unsupported_grant_type", f"Grant types: {', '.join(grant_types)}.")
 
 
 validator_map = {

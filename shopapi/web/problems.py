@@ -14,6 +14,7 @@ from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from starlette.exceptions import HTTPException
 
 from models.errors import Conflict, InvalidReference
+from shopapi.auth.oauth import OAuthError
 from shopapi.auth.security import NO_CREDENTIALS, challenge, presented_credentials
 from shopapi.contract.allowed_methods import AllowedMethods
 
@@ -124,6 +125,17 @@ def _from_http_exception_with(allowed_methods: AllowedMethods):
     return _from_http_exception
 
 
+def _oauth_error(request, exc: OAuthError):
+    body, status, headers = exc.answer()
+    return ConnexionResponse(
+        status_code=status,
+        mimetype="application/json",
+        content_type="application/json",
+        body=json.dumps(body),
+        headers=headers,
+    )
+
+
 def _not_found(request, exc: peewee.DoesNotExist):
     thing = type(exc).__name__.removesuffix("DoesNotExist").lower() or "resource"
     return problem(request, 404, f"There is no {thing} with this id.")
@@ -183,6 +195,7 @@ def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
     serving `specs`."""
     return {
         ProblemException: _from_problem_exception,
+        OAuthError: _oauth_error,
         HTTPException: _from_http_exception_with(AllowedMethods(specs)),
         peewee.DoesNotExist: _not_found,
         Conflict: _conflict,
