@@ -318,7 +318,8 @@ class FormValidator(FormDataValidator):
     def _validate(self, body):
         if self._strict_validation and self._schema.get("additionalProperties") is False:
             self._validate_params_strictly(body)
-        _check_grant_type(self._schema, body)
+        if next(_text_errors(body), None) is None:  # a NUL is named as everywhere else
+            _check_grant_type(self._schema, body)
         errors = body_errors(self._validator, body)
         if errors:
             raise ValidationProblem(errors)
