@@ -4,6 +4,7 @@ server ends its event streams, stops accepting and finishes what is in flight be
 
 import concurrent.futures
 import contextlib
+import os
 import signal
 import time
 import uuid
@@ -86,4 +87,20 @@ def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, produ
             assert not held.done()
         created = held.result(timeout=120)
         assert created.status_code == 201, created.text
+        process.wait(timeout=120)
+
+
+def test_sigterm_to_the_whole_process_group_drains_too(app, database_url):
+    """systemd's default stop, and `kill -TERM -<pgid>`, reach gunicorn's workers twice: from
+    the signal itself and from the master passing it on. That is one stop, and it drains."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("draining is the server's, not the database's")
+    with signalled_server(
+        database_url, True, DRAIN_SECONDS=str(DRAIN_SECONDS * 5), WEB_CONCURRENCY="2"
+    ) as (process, base):
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        os.killpg(process.pid, signal.SIGTERM)
+        wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 503, "/readyz to turn 503")
+        assert httpx.get(f"{base}/v1/products", headers=bearer()).status_code == 200
+        wait_for(lambda: _refused(base), "the server to stop accepting")
         process.wait(timeout=120)

@@ -71,8 +71,10 @@ class Drain:
             return lambda: None
 
         def on_sigterm(signum, frame):
-            if self._started.is_set():  # a second SIGTERM: stop now
-                self._stopping(server_handler, signum, frame)
+            if self._started.is_set():
+                # The same stop again: SIGTERM sent to a process group reaches a gunicorn
+                # worker twice (directly, and passed on by the master). SIGINT stops at once.
+                log.info("SIGTERM again: still draining")
                 return
             self._started.set()
             log.info("SIGTERM: draining for %s s, /readyz answers 503", self.seconds)

@@ -124,6 +124,8 @@ def _gunicorn_process(port: int, database_url: str, env: dict) -> subprocess.Pop
         cwd=ROOT,
         env=server_env,
         stdout=subprocess.DEVNULL,
+        # A process group of its own, as systemd gives a service: a test may signal all of it.
+        start_new_session=True,
     )
 
 
