@@ -6,6 +6,7 @@ handlers, the database and the cross-cutting middleware. Serve it with
 import datetime
 import logging
 import pathlib
+import threading
 import warnings
 
 # Connexion imports starlette.testclient (connexion/apps/abstract.py) for its test client, and
@@ -21,6 +22,7 @@ with warnings.catch_warnings():
 
 from functools import partial
 
+import peewee
 from asgi_correlation_id import CorrelationIdMiddleware
 from connexion.middleware.context import ContextMiddleware
 from connexion.middleware.exceptions import ExceptionMiddleware
@@ -32,7 +34,8 @@ from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
 from models import User, demo
-from models.db import close_connection, database, open_database, use
+from models.db import close_connection, database, error_summary, open_database, use
+from models.start_up import StartUpWork
 from shopapi import internals
 from shopapi.auth import security
 from shopapi.auth.tokens import AccessTokens
@@ -83,6 +86,9 @@ def _base_path(spec: dict) -> str:
     # Given to Connexion explicitly: left to read it from `servers`, Connexion routes every
     # request to an API served at the root ("/") and none to the others.
     return spec["servers"][0]["url"].rstrip("/")
+
+
+log = logging.getLogger("shopapi.app")
 
 
 def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
@@ -152,14 +158,31 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
     )
     security.install(app, AccessTokens(settings), settings.metrics_token)
-    if settings.admin_email:
-        with database.connection_context():
-            User.ensure_admin(settings.admin_email, settings.admin_password)
+    start_up = StartUpWork(
+        settings.admin_email
+        and partial(User.ensure_admin, settings.admin_email, settings.admin_password)
+    )
+    _start(app, start_up)
     demo.warn_of_published_passwords(settings)
     # Connexion warns on every request to an operation that accepts two media types (our
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
     return app
+
+
+def _start(app: connexion.FlaskApp, start_up: StartUpWork) -> None:
+    """Do the start-up's database work now if the database answers, else in a thread that
+    tries again until it does (and at each readiness probe, which says 503 until then)."""
+    app.app.extensions["shopapi.start_up"] = start_up
+    try:
+        with database.connection_context():
+            start_up.run()
+    except (peewee.OperationalError, peewee.InterfaceError) as error:
+        log.warning(
+            "the database does not answer at start-up: serving, not ready, until it does (%s)",
+            error_summary(error),
+        )
+        threading.Thread(target=start_up.finish, name="start-up", daemon=True).start()
 
 
 def pipeline(

@@ -38,6 +38,7 @@ def get_readiness():
     # The primary itself, not the routing proxy, which sends a GET's reads to a replica.
     primary = database.obj
     try:
+        app.extensions["shopapi.start_up"].run()
         if app.extensions.get(MIGRATED):
             primary.execute_sql("SELECT 1")  # one round trip: the primary answers
         else:

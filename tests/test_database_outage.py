@@ -5,8 +5,8 @@ import time
 import httpx
 import pytest
 from support.breakable_database import breakable
-from support.helpers import assert_problem, bearer
-from support.live import live_server
+from support.helpers import assert_problem, bearer, wait_for
+from support.live import live_server, signalled_server
 
 from models.db import CHECK_IDLE_AFTER_SECONDS
 
@@ -68,3 +68,32 @@ def test_a_pooled_connection_lost_while_idle_is_replaced_unseen(app, database_ur
         time.sleep(CHECK_IDLE_AFTER_SECONDS + 0.2)
         for _ in range(5):
             assert http.get("/v1/products").status_code == 200
+
+
+@pytest.mark.parametrize("production", [False, True], ids=["uvicorn", "gunicorn"])
+def test_a_server_started_without_its_database_serves_once_it_answers(
+    app, database_url, tmp_path, production
+):
+    """A host that boots during an outage stays up, alive but not ready, and needs no restart:
+    the database work of its start (the admin account) is done once the database answers."""
+    admin = {"ADMIN_EMAIL": "boot-admin@example.com", "ADMIN_PASSWORD": "boot-admin-pass"}
+    with breakable(database_url, tmp_path) as (url, cut, restore):
+        cut()
+        with signalled_server(url, production, **admin) as (_, base):
+            assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
+            assert_problem(httpx.get(f"{base}/readyz", timeout=30), 503)
+            restore()
+            wait_for(
+                lambda: httpx.get(f"{base}/readyz", timeout=30).status_code == 200,
+                "the server to be ready once the database answers",
+            )
+            token = httpx.post(
+                f"{base}/v1/oauth/token",
+                data={
+                    "grant_type": "password",
+                    "username": admin["ADMIN_EMAIL"],
+                    "password": admin["ADMIN_PASSWORD"],
+                },
+                timeout=30,
+            )
+            assert token.status_code == 200, token.text
