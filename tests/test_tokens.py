@@ -230,3 +230,21 @@ def test_a_token_of_ours_with_a_user_claim_not_in_its_exact_form_is_401(anonymou
 def test_a_canonical_user_id_or_a_name_is_a_subject_of_ours(anonymous, subject):
     token = jwt.encode(claims(sub=subject, cred_ver=0), JWT_SECRET, algorithm="HS256")
     assert anonymous.get("/v1/products", headers=_as(token)).status_code == 200
+
+
+def test_with_rs256_a_refresh_within_the_grace_gets_the_same_pair_too(rs256, keys):
+    """RS256 (PKCS #1 v1.5) signs the same claims to the same bytes, as HS256 does."""
+    create_user(rs256_admin(rs256, keys), email="erin@example.com", password="erin-password")
+    login = rs256.post(
+        "/v1/oauth/token",
+        data={
+            "grant_type": "password",
+            "username": "erin@example.com",
+            "password": "erin-password",
+        },
+    ).json()
+    refresh = {"grant_type": "refresh_token", "refresh_token": login["refresh_token"]}
+    first, again = (rs256.post("/v1/oauth/token", data=refresh) for _ in range(2))
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert jwt.get_unverified_header(first.json()["access_token"])["alg"] == "RS256"

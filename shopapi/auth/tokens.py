@@ -4,6 +4,7 @@ docs/auth.md."""
 
 import base64
 import hashlib
+import hmac
 import json
 import math
 import pathlib
@@ -165,8 +166,12 @@ class AccessTokens:
     def jwks(self) -> dict:
         return {"keys": self._published}
 
-    def issue(self, subject: str, scopes: Iterable[str], **claims) -> str:
-        now = int(time.time())
+    def issue(
+        self, subject: str, scopes: Iterable[str], issued_at: int | None = None, **claims
+    ) -> str:
+        """A signed token; one issued at the same `issued_at` with the same claims is the same
+        token, byte for byte (HS256 and RS256 signatures are deterministic)."""
+        now = int(time.time()) if issued_at is None else issued_at
         payload = {
             "iss": self.issuer,
             "aud": self.audience,
@@ -253,3 +258,10 @@ class AccessTokens:
         if issuer == self.issuer:
             _check_user_claims(claims)
         return claims
+
+    def derived_key(self, purpose: str) -> bytes:
+        """A key for `purpose`, derived from the signing key (HMAC-SHA256 as a PRF, one key per
+        purpose): every process that signs our tokens has it, and nothing more is configured."""
+        key = self._signing_key
+        key = key.encode() if isinstance(key, str) else key
+        return hmac.new(key, f"shopapi {purpose}".encode(), hashlib.sha256).digest()
