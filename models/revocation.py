@@ -1,10 +1,12 @@
 """Revocation of what a user was issued, when the user is deleted or their password, email or
-role changes.
+role changes; and of what one login was issued, when a refresh token of it is used twice.
 
 Each user has a credentials version, which every access and refresh token issued to them
 carries. A change bumps it, in the change's transaction, and records a `Revocation` row of the
 new version; the access tokens of an earlier version are then refused (shopapi/auth/revocations.py
-keeps every process's view of these rows) and the user's refresh tokens are revoked.
+keeps every process's view of these rows) and the user's refresh tokens are revoked. Ending a
+login records a row naming its `family`, which its access tokens carry, and revokes its refresh
+tokens.
 
 The rows are read by id (`id > the last one seen`), so they must become visible in id order: on
 PostgreSQL, where sequence values are handed out before commit, recording takes a lock on the
@@ -29,11 +31,13 @@ def recorded_here() -> int:
 
 
 class Revocation(peewee.Model):
-    """The tokens of `user_id` older than `credentials_version` are revoked since `revoked_at`."""
+    """The tokens of `user_id` older than `credentials_version` are revoked since `revoked_at`;
+    or, when the row names a `family`, the tokens of that login of the user."""
 
     user_id = peewee.BigIntegerField()  # no foreign key: a deleted user's row stays
     credentials_version = peewee.IntegerField()
     revoked_at = UTCDateTimeField(default=utc_now, index=True)
+    family = peewee.CharField(max_length=32, null=True)
 
     class Meta:
         database = database
@@ -53,27 +57,43 @@ class Revocation(peewee.Model):
         user.credentials_version = (
             User.select(User.credentials_version).where(User.id == user.id).scalar()
         )
-        if is_postgresql():
-            database.execute_sql(f'LOCK TABLE "{cls._meta.table_name}" IN EXCLUSIVE MODE')
-        cls.create(user_id=user.id, credentials_version=user.credentials_version)
+        cls._create_in_id_order(user_id=user.id, credentials_version=user.credentials_version)
         RefreshToken.revoke_all_of(user.id)
         _recorded_here += 1
 
     @classmethod
-    def after(cls, last_id: int) -> list[tuple[int, int, int, float]]:
-        """(id, user id, credentials version, revoked at as a POSIX time) of the rows after
-        `last_id`, in id order."""
-        return [
-            (row.id, row.user_id, row.credentials_version, row.revoked_at.timestamp())
-            for row in cls.select().where(cls.id > last_id).order_by(cls.id)
-        ]
+    def end_login(cls, token: RefreshToken) -> None:
+        """Revoke every access and refresh token issued to the login (the family) of `token`: a
+        refresh token of it was used twice, so it may have leaked (RFC 9700 4.14.2)."""
+        global _recorded_here
+        with database.atomic():
+            cls._create_in_id_order(
+                user_id=token.user_id,
+                credentials_version=token.credentials_version,
+                family=token.family,
+            )
+            RefreshToken.revoke_family(token.family)
+        _recorded_here += 1
 
     @classmethod
-    def since(cls, cutoff) -> tuple[int, list[tuple[int, int, int, float]]]:
+    def _create_in_id_order(cls, **fields) -> None:
+        if is_postgresql():
+            database.execute_sql(f'LOCK TABLE "{cls._meta.table_name}" IN EXCLUSIVE MODE')
+        cls.create(**fields)
+
+    @classmethod
+    def after(cls, last_id: int) -> list[tuple]:
+        """(id, user id, credentials version, revoked at as a POSIX time, family or None) of the
+        rows after `last_id`, in id order."""
+        return [_row(row) for row in cls.select().where(cls.id > last_id).order_by(cls.id)]
+
+    @classmethod
+    def since(cls, cutoff) -> tuple[int, list[tuple]]:
         """The last id, and the rows up to it revoked at or after `cutoff` (a datetime)."""
         last_id = cls.select(peewee.fn.MAX(cls.id)).scalar() or 0
         rows = cls.select().where((cls.id <= last_id) & (cls.revoked_at >= cutoff))
-        return last_id, [
-            (row.id, row.user_id, row.credentials_version, row.revoked_at.timestamp())
-            for row in rows.order_by(cls.id)
-        ]
+        return last_id, [_row(row) for row in rows.order_by(cls.id)]
+
+
+def _row(row: Revocation) -> tuple:
+    return row.id, row.user_id, row.credentials_version, row.revoked_at.timestamp(), row.family

@@ -2,12 +2,20 @@
 RFC 6749 errors, and tokens that then work (or stop working) on the API."""
 
 import base64
+import datetime
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
-from support.helpers import create_user
+from support.helpers import bearer, create_user
+from support.live import live_server
 
 import models.passwords
+from models import RefreshToken
+from models.fields import utc_now
+from models.refresh_token import REUSE_GRACE_SECONDS
 
 TOKEN = "/v1/oauth/token"
 
@@ -29,6 +37,19 @@ def _assert_oauth_error(response, status: int, error: str) -> dict:
     body = response.json()
     assert body["error"] == error
     return body
+
+
+def _refresh(anonymous, refresh_token: str):
+    return anonymous.post(
+        TOKEN, data={"grant_type": "refresh_token", "refresh_token": refresh_token}
+    )
+
+
+def _after_the_grace() -> None:
+    """As if the refresh tokens used so far had been used longer ago than the grace given to
+    concurrent refreshes."""
+    long_ago = utc_now() - datetime.timedelta(seconds=REUSE_GRACE_SECONDS + 1)
+    RefreshToken.update(used_at=long_ago).where(RefreshToken.used_at.is_null(False)).execute()
 
 
 @pytest.fixture
@@ -103,7 +124,9 @@ def test_a_refresh_token_is_used_once_and_its_reuse_revokes_the_login(anonymous,
     assert second["refresh_token"] != first["refresh_token"]
     assert anonymous.get("/v1/orders", headers=_as(second["access_token"])).status_code == 200
 
-    # The first refresh token again: someone else has it. Refused, and so is the successor.
+    # The first refresh token again, after the grace for concurrent refreshes: someone else has
+    # it. Refused, and so is the successor.
+    _after_the_grace()
     reused = anonymous.post(TOKEN, data=refresh)
     assert "used already" in _assert_oauth_error(reused, 400, "invalid_grant")["error_description"]
     successor = {"grant_type": "refresh_token", "refresh_token": second["refresh_token"]}
@@ -112,6 +135,63 @@ def test_a_refresh_token_is_used_once_and_its_reuse_revokes_the_login(anonymous,
     again = _password_grant(anonymous, "carol@example.com", "carol-password").json()
     fresh = {"grant_type": "refresh_token", "refresh_token": again["refresh_token"]}
     assert anonymous.post(TOKEN, data=fresh).status_code == 200
+
+
+def test_the_reuse_of_a_refresh_token_revokes_the_access_tokens_of_its_login_only(
+    client, anonymous, customer
+):
+    """ "Every token of its login is now revoked" is true of its access tokens too: those of
+    that login are refused (401), the user's other logins and other users' keep working."""
+    first = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    second = _refresh(anonymous, first["refresh_token"]).json()
+    other_login = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    other_user = create_user(client, email="dave@example.com", password="dave-password")
+    others = _password_grant(anonymous, other_user["email"], "dave-password").json()
+    for tokens in (first, second, other_login, others):
+        assert anonymous.get("/v1/orders", headers=_as(tokens["access_token"])).status_code == 200
+
+    _after_the_grace()
+    reused = _refresh(anonymous, first["refresh_token"])
+    assert "every token of its login" in reused.json()["error_description"]
+    for tokens in (first, second):
+        response = anonymous.get("/v1/orders", headers=_as(tokens["access_token"]))
+        assert response.status_code == 401, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "revoked" in response.json()["detail"]
+        assert "used twice" in response.json()["detail"]
+    for tokens in (other_login, others):
+        assert anonymous.get("/v1/orders", headers=_as(tokens["access_token"])).status_code == 200
+    assert _refresh(anonymous, other_login["refresh_token"]).status_code == 200
+
+
+def test_concurrent_refreshes_within_the_grace_get_the_same_pair(anonymous, customer):
+    """Two requests of one client refreshing with the same token at once (two tabs, a retry
+    after a lost answer) both get the successor, and the login goes on."""
+    login = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    first = _refresh(anonymous, login["refresh_token"])
+    again = _refresh(anonymous, login["refresh_token"])
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    pair = first.json()
+    assert pair["refresh_token"] != login["refresh_token"]
+    assert anonymous.get("/v1/orders", headers=_as(pair["access_token"])).status_code == 200
+    assert anonymous.get("/v1/orders", headers=_as(login["access_token"])).status_code == 200
+    following = _refresh(anonymous, pair["refresh_token"])
+    assert following.status_code == 200, following.text
+    assert (
+        anonymous.get("/v1/orders", headers=_as(following.json()["access_token"])).status_code
+        == 200
+    )
+
+
+def test_a_refresh_within_the_grace_of_a_revoked_login_is_refused(client, anonymous, customer):
+    login = _password_grant(anonymous, "carol@example.com", "carol-password").json()
+    assert _refresh(anonymous, login["refresh_token"]).status_code == 200
+    change = {"password": "another password"}
+    assert client.patch(f"/v1/users/{customer['id']}", json=change).status_code == 200
+    refused = _refresh(anonymous, login["refresh_token"])
+    body = _assert_oauth_error(refused, 400, "invalid_grant")
+    assert "refresh_token" not in body
 
 
 def test_a_refresh_keeps_the_logins_scopes_and_may_narrow_the_access_token(anonymous, customer):
@@ -291,3 +371,34 @@ def test_an_empty_basic_client_is_no_client(anonymous, customer):
         headers={"Authorization": "Basic Og=="},
     )
     assert response.status_code == 200, response.text
+
+
+@pytest.mark.slow
+def test_refreshes_racing_on_a_real_server_all_get_the_same_pair(app, database_url):
+    """Eight requests refresh with one token at the same moment, on a server with its real
+    thread pool: one wins the token's compare-and-set, the others find it used within the
+    grace; all answer the one successor pair, and the login goes on."""
+    racers = 8
+    with live_server(database_url) as base, httpx.Client(base_url=base, timeout=60) as http:
+        user = http.post(
+            "/v1/users",
+            json={"email": "racer@example.com", "name": "R", "password": "racer-password"},
+            headers=bearer(),
+        )
+        assert user.status_code == 201, user.text
+        login = _password_grant(http, "racer@example.com", "racer-password").json()
+        start = threading.Barrier(racers)
+
+        def refresh(_):
+            with httpx.Client(base_url=base, timeout=60) as own:
+                start.wait()
+                return _refresh(own, login["refresh_token"])
+
+        with ThreadPoolExecutor(max_workers=racers) as pool:
+            answers = list(pool.map(refresh, range(racers)))
+        assert [a.status_code for a in answers] == [200] * racers, [a.text for a in answers]
+        pairs = {(a.json()["access_token"], a.json()["refresh_token"]) for a in answers}
+        assert len(pairs) == 1
+        ((access, refresh_token),) = pairs
+        assert http.get("/v1/orders", headers=_as(access)).status_code == 200
+        assert _refresh(http, refresh_token).status_code == 200

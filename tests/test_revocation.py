@@ -2,6 +2,7 @@
 their password, email or role, revokes their access tokens (401, on every process) and their
 refresh tokens; and changing one's own password or email takes the current password."""
 
+import datetime
 import threading
 import time
 
@@ -13,6 +14,8 @@ from support.live import live_server
 
 from models import RefreshToken, Revocation, User
 from models.db import database
+from models.fields import utc_now
+from models.refresh_token import REUSE_GRACE_SECONDS
 
 TOKEN = "/v1/oauth/token"
 PASSWORD = "correct horse"  # helpers.create_user's
@@ -171,6 +174,32 @@ def test_another_process_refuses_a_revoked_token_within_seconds(client, anonymou
         # A new login works there at once, with the new role.
         new = _login(anonymous, user)
         assert other.post("/v1/products", json={}, headers=_as(new)).status_code != 401
+
+
+@pytest.mark.slow
+def test_another_process_refuses_the_tokens_of_a_login_ended_by_a_reuse(
+    client, anonymous, database_url
+):
+    """A refresh token used twice (after the grace for concurrent refreshes) ends its login
+    here; another server process refuses that login's access tokens within seconds, and only
+    those."""
+    user = create_user(client)
+    login, other_login = _login(anonymous, user), _login(anonymous, user)
+    successor = _refresh(anonymous, login["refresh_token"]).json()
+    with live_server(database_url) as base, httpx.Client(base_url=base, timeout=30) as other:
+        for tokens in (login, successor, other_login):
+            assert other.get("/v1/products", headers=_as(tokens)).status_code == 200
+        long_ago = utc_now() - datetime.timedelta(seconds=REUSE_GRACE_SECONDS + 1)
+        RefreshToken.update(used_at=long_ago).where(RefreshToken.used_at.is_null(False)).execute()
+        assert _refresh(anonymous, login["refresh_token"]).status_code == 400
+        for tokens in (login, successor):
+            deadline = time.monotonic() + PROPAGATION_DEADLINE_SECONDS
+            while (response := other.get("/v1/products", headers=_as(tokens))).status_code == 200:
+                assert time.monotonic() < deadline, "the other process still accepts the token"
+                time.sleep(0.05)
+            _assert_revoked(response)
+            assert "used twice" in response.json()["detail"]
+        assert other.get("/v1/products", headers=_as(other_login)).status_code == 200
 
 
 def test_on_postgresql_revocations_become_visible_in_id_order(app, database_url):

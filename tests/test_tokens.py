@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jose import jwk, jwt
-from support.helpers import assert_problem, claims, create_user, segment
+from support.helpers import JWT_SECRET, assert_problem, claims, create_user, segment
 
 from app import create_app
 from shopapi.settings import Settings
@@ -195,3 +195,56 @@ def test_the_first_admin_is_created_at_start_up_once(app, database_url):
     token = response.json()["access_token"]
     users = client.get("/v1/users", headers=_as(token)).json()
     assert [(u["email"], u["role"]) for u in users["data"]] == [("root@example.com", "admin")]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"sub": "²"},  # a digit to str.isdigit, not to int()
+        {"sub": "٣"},  # an Arabic-Indic three, which int() reads as 3
+        {"sub": "02"},
+        {"sub": "0"},
+        {"sub": "3 "},
+        {"sub": str(2**63)},  # beyond the databases' integers
+        {"sub": "1" * 4500},  # beyond what int() reads
+        {"sub": "1", "cred_ver": "x"},
+        {"sub": "1", "cred_ver": 1.5},
+        {"sub": "1", "cred_ver": True},
+        {"sub": "1", "cred_ver": -1},
+        {"sub": "1", "sid": 7},
+        {"sub": "1", "sid": ["a"]},
+    ],
+    ids=repr,
+)
+def test_a_token_of_ours_with_a_user_claim_not_in_its_exact_form_is_401(anonymous, changes):
+    """With the signing key a token can say anything; what it says about a user is read
+    strictly: `sub` a canonical decimal id, `cred_ver` a JSON integer, `sid` a login's id."""
+    token = jwt.encode(claims(**changes), JWT_SECRET, algorithm="HS256")
+    response = anonymous.get("/v1/products", headers=_as(token))
+    body = assert_problem(response, 401)
+    assert response.headers["www-authenticate"].startswith('Bearer realm="shopapi"')
+    assert any(name in body["detail"] for name in changes)
+
+
+@pytest.mark.parametrize("subject", ["1", "42", str(2**63 - 1), "client:erp", "robot-7"])
+def test_a_canonical_user_id_or_a_name_is_a_subject_of_ours(anonymous, subject):
+    token = jwt.encode(claims(sub=subject, cred_ver=0), JWT_SECRET, algorithm="HS256")
+    assert anonymous.get("/v1/products", headers=_as(token)).status_code == 200
+
+
+def test_with_rs256_a_refresh_within_the_grace_gets_the_same_pair_too(rs256, keys):
+    """RS256 (PKCS #1 v1.5) signs the same claims to the same bytes, as HS256 does."""
+    create_user(rs256_admin(rs256, keys), email="erin@example.com", password="erin-password")
+    login = rs256.post(
+        "/v1/oauth/token",
+        data={
+            "grant_type": "password",
+            "username": "erin@example.com",
+            "password": "erin-password",
+        },
+    ).json()
+    refresh = {"grant_type": "refresh_token", "refresh_token": login["refresh_token"]}
+    first, again = (rs256.post("/v1/oauth/token", data=refresh) for _ in range(2))
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert jwt.get_unverified_header(first.json()["access_token"])["alg"] == "RS256"

@@ -7,13 +7,15 @@ import binascii
 import dataclasses
 from urllib.parse import unquote_plus
 
-from models import OAuthClient, RefreshToken, User
-from models.refresh_token import RefreshTokenReused
+from models import OAuthClient, RefreshToken, Revocation, User
+from models.refresh_token import Issued, RefreshTokenReused
 from models.user import ROLE_SCOPES, SCOPES, normalised_email
-from shopapi.auth.tokens import CREDENTIALS_VERSION, AccessTokens
+from shopapi.auth.tokens import CREDENTIALS_VERSION, LOGIN, AccessTokens
 from shopapi.pipeline.attempt_limits import limited_attempt
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+# What the key deriving refresh tokens' successors is for (AccessTokens.derived_key).
+SUCCESSOR_KEY_PURPOSE = "refresh token successors"
 
 
 class OAuthError(Exception):
@@ -94,16 +96,26 @@ class TokenEndpoint:
         except OAuthError as error:
             return error.answer()
 
-    def _tokens_answer(self, subject: str, scopes: frozenset[str], refresh_token=None, **claims):
+    def _tokens_answer(self, subject: str, scopes: frozenset[str], **claims):
         body = {
             "access_token": self.tokens.issue(subject, scopes, **claims),
             "token_type": "Bearer",
             "expires_in": self.tokens.ttl,
             "scope": " ".join(sorted(scopes)),
         }
-        if refresh_token:
-            body["refresh_token"] = refresh_token
         return body, 200, _NO_STORE
+
+    def _user_tokens_answer(
+        self, user_id: int, scopes: frozenset[str], refresh: Issued, credentials_version: int
+    ):
+        """An access token of the login `refresh` belongs to, issued with it, and `refresh`."""
+        body, status, headers = self._tokens_answer(
+            str(user_id),
+            scopes,
+            issued_at=int(refresh.at.timestamp()),
+            **{CREDENTIALS_VERSION: credentials_version, LOGIN: refresh.family},
+        )
+        return {**body, "refresh_token": refresh.secret}, status, headers
 
     def _password_grant(self, body: dict, client: OAuthClient | None):
         _required(body, "username", "password")
@@ -125,8 +137,7 @@ class TokenEndpoint:
         refresh = RefreshToken.start(
             user, " ".join(sorted(scopes)), client_id, self.refresh_token_ttl
         )
-        version = {CREDENTIALS_VERSION: user.credentials_version}
-        return self._tokens_answer(str(user.id), scopes, refresh, **version)
+        return self._user_tokens_answer(user.id, scopes, refresh, user.credentials_version)
 
     def _client_credentials_grant(self, body: dict, client: OAuthClient | None):
         if client is None:
@@ -144,9 +155,13 @@ class TokenEndpoint:
         # before the token is used up), and never exceeds what the user's role allows now.
         granted = frozenset(current.scope.split()) & ROLE_SCOPES[current.user.role]
         scopes = _scopes_asked(body, granted)
+        key = self.tokens.derived_key(SUCCESSOR_KEY_PURPOSE)
         try:
-            successor = RefreshToken.rotate(current, self.refresh_token_ttl)
+            successor = RefreshToken.rotate(
+                current, body["refresh_token"], key, self.refresh_token_ttl
+            )
         except RefreshTokenReused:
+            Revocation.end_login(current)
             raise OAuthError(
                 "invalid_grant",
                 "The refresh token was used already; every token of its login is now revoked.",
@@ -155,8 +170,9 @@ class TokenEndpoint:
             raise OAuthError(
                 "invalid_grant", "The refresh token is unknown, expired or revoked."
             ) from None
-        version = {CREDENTIALS_VERSION: current.credentials_version}
-        return self._tokens_answer(str(current.user_id), scopes, successor, **version)
+        return self._user_tokens_answer(
+            current.user_id, scopes, successor, current.credentials_version
+        )
 
 
 _GRANTS = {

@@ -1,6 +1,7 @@
 """Which access tokens are revoked, as this process knows it: a user's tokens of a credentials
-version older than their latest revocation (models/revocation.py), kept in memory and read anew
-at most every REFRESH_EVERY seconds. What that promises, and costs: docs/auth.md."""
+version older than their latest revocation, and the tokens of an ended login
+(models/revocation.py), kept in memory and read anew at most every REFRESH_EVERY seconds. What
+that promises, and costs: docs/auth.md."""
 
 import datetime
 import threading
@@ -22,6 +23,8 @@ class Revocations:
         # User id -> the oldest credentials version still valid; and when it was revoked.
         self._valid_from: dict[int, int] = {}
         self._revoked_at: dict[int, float] = {}
+        # Ended logins (refresh token families) -> when they were ended.
+        self._ended: dict[str, float] = {}
         self._last_id: int | None = None
         self._fresh_until = float("-inf")
         self._recorded_seen = recorded_here()
@@ -35,6 +38,10 @@ class Revocations:
     def refuses(self, user_id: int, credentials_version: int) -> bool:
         """Whether a token of `user_id` issued under `credentials_version` is revoked."""
         return credentials_version < self._valid_from.get(user_id, 0)
+
+    def ended(self, login: str) -> bool:
+        """Whether the login (a refresh token family) a token was issued to has been ended."""
+        return login in self._ended
 
     def refresh(self) -> None:
         """Read what was revoked since the last refresh, unless another thread just did. Blocks
@@ -52,8 +59,10 @@ class Revocations:
                 else:
                     rows = Revocation.after(self._last_id)
                     last_id = rows[-1][0] if rows else self._last_id
-            for _, user_id, version, revoked_at in rows:
-                if version > self._valid_from.get(user_id, 0):
+            for _, user_id, version, revoked_at, login in rows:
+                if login is not None:
+                    self._ended[login] = revoked_at
+                elif version > self._valid_from.get(user_id, 0):
                     self._valid_from[user_id] = version
                     self._revoked_at[user_id] = revoked_at
             self._last_id = last_id
@@ -67,11 +76,14 @@ class Revocations:
         cutoff = time.time() - KEEP_SECONDS
         for user_id in [u for u, at in self._revoked_at.items() if at < cutoff]:
             del self._valid_from[user_id], self._revoked_at[user_id]
+        for login in [login for login, at in self._ended.items() if at < cutoff]:
+            del self._ended[login]
 
     def forget(self) -> None:
         """Start over from the table (the tests empty the database and restart its ids)."""
         with self._lock:
             self._valid_from.clear()
             self._revoked_at.clear()
+            self._ended.clear()
             self._last_id = None
             self._fresh_until = float("-inf")

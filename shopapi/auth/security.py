@@ -18,7 +18,13 @@ from models.user import ROLE_SCOPES
 from models.visibility import Viewer
 from shopapi import internals
 from shopapi.auth.revocations import Revocations
-from shopapi.auth.tokens import CREDENTIALS_VERSION, AccessTokens, InvalidToken
+from shopapi.auth.tokens import (
+    CREDENTIALS_VERSION,
+    LOGIN,
+    AccessTokens,
+    InvalidToken,
+    user_id_of,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +122,10 @@ REVOKED = (
     "The token has been revoked: its user was deleted, or changed password, email or role, "
     "since it was issued."
 )
+LOGIN_ENDED = (
+    "The token has been revoked: a refresh token of its login was used twice, so every token "
+    "of that login was revoked."
+)
 
 
 def token_info(token: str, request) -> dict:
@@ -127,29 +137,35 @@ def token_info(token: str, request) -> dict:
     except InvalidToken as error:
         raise OAuthProblem(detail=str(error)) from None
     subject = claims["sub"]
-    issued_here = claims["iss"] == keys.tokens.issuer
-    user_id = int(subject) if issued_here and subject.isdigit() else None
+    # Ours are checked for their exact form when verified (user_id_of cannot fail here).
+    user_id = user_id_of(subject) if claims["iss"] == keys.tokens.issuer else None
     info = {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
     if user_id is None:
         return info  # a client's, or another issuer's: no user of ours revokes it
-    return _unless_revoked(keys.revocations, info, claims.get(CREDENTIALS_VERSION, 0))
+    issued = (claims.get(CREDENTIALS_VERSION, 0), claims.get(LOGIN))
+    return _unless_revoked(keys.revocations, info, *issued)
 
 
-def _unless_revoked(revocations: Revocations, info: dict, credentials_version: int):
+def _unless_revoked(revocations: Revocations, info: dict, credentials_version: int, login):
     if not revocations.is_current():
-        return _unless_revoked_after_refresh(revocations, info, credentials_version)
-    if revocations.refuses(info["user_id"], credentials_version):
-        raise OAuthProblem(detail=REVOKED)
+        return _unless_revoked_after_refresh(revocations, info, credentials_version, login)
+    _refuse_if_revoked(revocations, info["user_id"], credentials_version, login)
     return info
 
 
 async def _unless_revoked_after_refresh(
-    revocations: Revocations, info: dict, credentials_version: int
+    revocations: Revocations, info: dict, credentials_version: int, login
 ) -> dict:
     await anyio.to_thread.run_sync(revocations.refresh)
-    if revocations.refuses(info["user_id"], credentials_version):
-        raise OAuthProblem(detail=REVOKED)
+    _refuse_if_revoked(revocations, info["user_id"], credentials_version, login)
     return info
+
+
+def _refuse_if_revoked(revocations: Revocations, user_id: int, version: int, login) -> None:
+    if revocations.refuses(user_id, version):
+        raise OAuthProblem(detail=REVOKED)
+    if login is not None and revocations.ended(login):
+        raise OAuthProblem(detail=LOGIN_ENDED)
 
 
 async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:

@@ -4,9 +4,11 @@ docs/auth.md."""
 
 import base64
 import hashlib
+import hmac
 import json
 import math
 import pathlib
+import re
 import threading
 import time
 import urllib.request
@@ -33,6 +35,14 @@ _REQUIRED = {
 # issued (models/revocation.py). A token without it (issued before there were versions) is of
 # version 0.
 CREDENTIALS_VERSION = "cred_ver"
+# The claim naming the login a user's token was issued to (its refresh tokens' family), so that
+# ending the login revokes it: OpenID Connect's session id claim, registered in IANA's JWT claims.
+LOGIN = "sid"
+_LOGIN_ID = re.compile(r"[0-9a-f]{32}")
+# The ids of our users as the `sub` of our tokens: canonical decimal (ASCII digits, no sign, no
+# leading zero) up to the databases' largest integer, as str(user.id) writes them.
+_USER_ID = re.compile(r"[1-9][0-9]{0,18}")
+_LARGEST_ID = 2**63 - 1
 # Tokens issued here whose signature has been checked, kept with their claims so that a client's
 # next requests skip the check (an HMAC or RSA verification and two base64/JSON decodes each).
 # At most this many: about 1.3 KB each with their claims (a traced worker under the soak), so
@@ -54,6 +64,28 @@ def _is_numeric_date(value) -> bool:
 
 class InvalidToken(Exception):
     """The token cannot be trusted; the message says why, for the client (never the token)."""
+
+
+def user_id_of(subject: str) -> int | None:
+    """The user a `sub` of ours names, None when it names none (a client's `client:<id>`). A
+    subject that starts with a digit of any script is a user's id, or InvalidToken: `int()`
+    would read `"02"` and `"٣"` as users 2 and 3, and fail on `"²"`, which `isdigit()` passes."""
+    if not subject[:1].isnumeric():
+        return None
+    if _USER_ID.fullmatch(subject) is None or int(subject) > _LARGEST_ID:
+        raise InvalidToken("The token's sub claim is not a user's id (a decimal integer).")
+    return int(subject)
+
+
+def _check_user_claims(claims: Mapping) -> None:
+    """The claims of a token of ours about its user are in their exact form (InvalidToken)."""
+    user_id_of(claims["sub"])
+    version = claims.get(CREDENTIALS_VERSION, 0)
+    if type(version) is not int or not 0 <= version <= _LARGEST_ID:
+        raise InvalidToken("The token's cred_ver claim must be a non-negative integer.")
+    login = claims.get(LOGIN, "")
+    if LOGIN in claims and not (isinstance(login, str) and _LOGIN_ID.fullmatch(login)):
+        raise InvalidToken("The token's sid claim is not a login's id.")
 
 
 def _thumbprint(public_jwk: dict) -> str:
@@ -134,8 +166,12 @@ class AccessTokens:
     def jwks(self) -> dict:
         return {"keys": self._published}
 
-    def issue(self, subject: str, scopes: Iterable[str], **claims) -> str:
-        now = int(time.time())
+    def issue(
+        self, subject: str, scopes: Iterable[str], issued_at: int | None = None, **claims
+    ) -> str:
+        """A signed token; one issued at the same `issued_at` with the same claims is the same
+        token, byte for byte (HS256 and RS256 signatures are deterministic)."""
+        now = int(time.time()) if issued_at is None else issued_at
         payload = {
             "iss": self.issuer,
             "aud": self.audience,
@@ -219,4 +255,13 @@ class AccessTokens:
             raise InvalidToken(f"The token is not valid: {str(error).rstrip('.')}.") from None
         if not isinstance(claims.get("sub"), str) or not isinstance(claims.get("scope", ""), str):
             raise InvalidToken("The token's sub and scope claims must be strings.")
+        if issuer == self.issuer:
+            _check_user_claims(claims)
         return claims
+
+    def derived_key(self, purpose: str) -> bytes:
+        """A key for `purpose`, derived from the signing key (HMAC-SHA256 as a PRF, one key per
+        purpose): every process that signs our tokens has it, and nothing more is configured."""
+        key = self._signing_key
+        key = key.encode() if isinstance(key, str) else key
+        return hmac.new(key, f"shopapi {purpose}".encode(), hashlib.sha256).digest()
