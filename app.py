@@ -262,7 +262,8 @@ def pipeline(
         partial(RoutedOperationMiddleware, operations=operations),
         # 413 beyond the body limit, before anything reads the body.
         partial(BodyLimitMiddleware, max_bytes=settings.max_body_bytes),
-        # An address whose credentials keep failing is refused before they are checked again.
+        # An address whose credentials keep failing gets 429 for its further failures (valid
+        # credentials from it pass): it sees the 401s of the security checks inside it.
         failed_auth_limit
         and partial(FailedAuthMiddleware, counter=counter, limit=scaled(failed_auth_limit, scale)),
         # Connexion's: the spec's security schemes. The caller is known from here on.

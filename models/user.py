@@ -53,11 +53,14 @@ class User(BaseModel):
         return verify_password(plain, self.password_hash)
 
     @classmethod
-    def authenticate(cls, email: str, password: str) -> "User | None":
-        """The user with this email and password, or None; as slow for an unknown email as for
-        a wrong password."""
-        user = cls.get_or_none(cls.email == normalised_email(email))
-        return user if verify_login(password, user.password_hash if user else None) else None
+    def with_email(cls, email: str) -> "User | None":
+        return cls.get_or_none(cls.email == normalised_email(email))
+
+    @staticmethod
+    def logs_in(user: "User | None", password: str) -> bool:
+        """Whether `password` logs in to `user`; as slow when there is no user (an unknown
+        email) as for a wrong password."""
+        return verify_login(password, user.password_hash if user else None)
 
     @classmethod
     def ensure_admin(cls, email: str, password: str) -> None:

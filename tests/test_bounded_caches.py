@@ -116,7 +116,7 @@ def test_addresses_blocked_after_failed_authentication_stay_within_the_bound(mon
         for n in range(25):  # each address blocked by its first refusal
             await layer(_guess_from(f"192.0.2.{n}"), noop_receive, discard)
             assert layer.blocked_addresses <= 10
-        # The latest are still refused before their credentials are checked.
+        # The latest are still known to be over the limit: a refusal more is a 429.
         with pytest.raises(TooManyRequests):
             await layer(_guess_from("192.0.2.24"), noop_receive, discard)
 

@@ -6,13 +6,16 @@ when Redis goes away, with the limits back when it returns.
 The spec's limits are scaled down here (RATE_LIMIT_SCALE) so a test reaches them in a few requests.
 """
 
+import asyncio
 import contextlib
 import itertools
 import os
+import threading
 import time
 import uuid
 
 import httpx
+import limits
 import pytest
 import redis
 import yaml
@@ -23,8 +26,9 @@ from support.tcp_proxy import TcpProxy
 
 from app import SPEC_DIR
 from shopapi.contract.operations import operations_of
+from shopapi.pipeline.attempt_limits import ATTEMPT_KINDS, AttemptGate, AttemptLimit
 from shopapi.pipeline.forwarded import TrustedProxies
-from shopapi.pipeline.limit_counter import scaled
+from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, scaled, scaled_each
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 METRICS_TOKEN = "metrics-token-for-tests"
@@ -49,6 +53,10 @@ def test_every_operation_declares_a_limit_that_parses():
     assert scaled(spec["x-rate-limit-failed-auth"], 1).amount >= 1
     token_endpoint = next(op for op in operations_of(spec) if op.id == "issue_token")
     assert token_endpoint.rate_limit == "20/minute"
+    attempt_limits = [limit for op in operations_of(spec) for limit in op.attempt_limits]
+    assert {name for name, _ in attempt_limits} == set(ATTEMPT_KINDS)
+    for _, windows in attempt_limits:
+        assert all(limit.amount >= 1 for limit in scaled_each(windows, 1)), windows
 
 
 def test_a_client_gets_its_quota_with_headers_then_429(limited):
@@ -112,9 +120,20 @@ def test_the_token_endpoint_counts_per_address_whatever_the_outcome(limited):
     assert int(refused.headers["retry-after"]) > 0
 
 
-def test_refused_credentials_block_the_address_until_the_window_ends(app_with):
+def test_refused_credentials_throttle_further_refusals_not_valid_credentials(app_with):
     # 20 a minute scaled by 0.15 is 3 refused attempts.
     client = app_with(rate_limit_scale=0.15).test_client()
+    admin = bearer()
+    user = client.post(
+        "/v1/users",
+        json={"email": "kit@example.com", "name": "K", "password": "12345678", "role": "partner"},
+        headers=admin,
+    ).json()
+    key = client.post(
+        "/v1/api-keys",
+        json={"name": "k", "scopes": ["products:read"], "owner_id": user["id"]},
+        headers=admin,
+    ).json()["key"]
     no_credentials = client.get("/v1/products")
     assert_problem(no_credentials, 401)  # not an attempt: it does not count
     assert_problem(client.get("/v1/products", headers={"Authorization": "Bearer guess-1"}), 401)
@@ -123,11 +142,20 @@ def test_refused_credentials_block_the_address_until_the_window_ends(app_with):
     form = {"grant_type": "client_credentials"}
     refused_client = client.post("/v1/oauth/token", data=form, auth=("nobody", "guess-3"))
     assert refused_client.status_code == 401
-    # Blocked now, even with good credentials, and before they are checked.
-    blocked = client.get("/v1/products", headers=_reader())
-    body = assert_problem(blocked, 429)
-    assert "failed authentication" in body["detail"]
-    assert 0 < int(blocked.headers["retry-after"]) <= 60
+    # Valid credentials from this address are served as ever: others behind the same address
+    # (a NAT), or one client polling with a revoked token, hold back no valid credential.
+    assert client.get("/v1/products", headers=_reader()).status_code == 200
+    assert client.get("/v1/products", headers={"X-API-Key": key}).status_code == 200
+    # Further refusals from it are throttled until the window ends: 429, not 401.
+    for guess in ({"Authorization": "Bearer guess-4"}, {"X-API-Key": "shk_guess-5"}):
+        throttled = client.get("/v1/products", headers=guess)
+        body = assert_problem(throttled, 429)
+        assert "failed authentication" in body["detail"]
+        assert 0 < int(throttled.headers["retry-after"]) <= 60
+    # The token endpoint's refusal too (its second request of three this minute).
+    throttled = client.post("/v1/oauth/token", data=form, auth=("nobody", "guess-6"))
+    assert_problem(throttled, 429)
+    assert 0 < int(throttled.headers["retry-after"]) <= 60
     # A request without credentials is not a guess: still just a 401.
     assert_problem(client.get("/v1/products"), 401)
 
@@ -331,7 +359,13 @@ def test_the_production_server_believes_no_forwarded_address_by_default(app, dat
     assert statuses == [400] * 20 + [429]
 
 
-# Wrong passwords per account, in-process: the limit scaled to 5 (10 x 0.5).
+# Wrong passwords, in-process: the spec's limits as they are (5 per account and address, 10 per
+# account from addresses it has not logged in from, in 15 minutes), or halved (2 and 5).
+
+
+@pytest.fixture
+def spec_limits(app_with):
+    return app_with(rate_limit_scale=1).test_client()
 
 
 @pytest.fixture
@@ -355,25 +389,154 @@ def _login(client, username, password):
 def test_an_account_with_too_many_wrong_passwords_cannot_be_logged_in_to(half, client):
     create_user(client, email="erin@example.com", password="erin-password")
     for _ in range(5):
-        assert _login(half, "erin@example.com", "wrong-password").status_code == 400
-    refused = _login(half, "ERIN@example.com", "erin-password")
+        assert _login(_elsewhere(half), "erin@example.com", GUESS).status_code == 400
+    # From an address it has never logged in from, not even the right password is checked.
+    refused = _login(_elsewhere(half), "ERIN@example.com", "erin-password")
     body = assert_problem(refused, 429)
     assert "this account" in body["detail"]
     assert 0 < int(refused.headers["retry-after"]) <= 15 * 60
     assert refused.headers["ratelimit-limit"] == "5"
     assert refused.headers["ratelimit-policy"] == "5;w=900"
-    # An account that does not exist is limited the same way: the 429 tells nothing.
-    elsewhere = _elsewhere(half)
+    # An email nobody has is limited the same way: the 429 tells nothing.
     for _ in range(5):
-        assert _login(elsewhere, "nobody@example.com", "wrong-password").status_code == 400
-    assert_problem(_login(_elsewhere(half), "nobody@example.com", "wrong-password"), 429)
+        assert _login(_elsewhere(half), "nobody@example.com", GUESS).status_code == 400
+    assert_problem(_login(_elsewhere(half), "nobody@example.com", GUESS), 429)
 
 
 def test_logins_that_succeed_do_not_count(half, client):
     create_user(client, email="fred@example.com", password="fred-password")
     for _ in range(4):
-        assert _login(half, "fred@example.com", "wrong-password").status_code == 400
+        assert _login(_elsewhere(half), "fred@example.com", GUESS).status_code == 400
     for _ in range(3):
-        assert _login(half, "fred@example.com", "fred-password").status_code == 200
-    assert _login(half, "fred@example.com", "wrong-password").status_code == 400
-    assert_problem(_login(half, "fred@example.com", "fred-password"), 429)
+        assert _login(_elsewhere(half), "fred@example.com", "fred-password").status_code == 200
+    assert _login(_elsewhere(half), "fred@example.com", GUESS).status_code == 400
+    assert_problem(_login(_elsewhere(half), "fred@example.com", "fred-password"), 429)
+
+
+def test_one_address_spends_only_its_share_of_an_accounts_budget(spec_limits, client):
+    create_user(client, email="ida@example.com", password="ida-password")
+    guesser = _elsewhere(spec_limits)
+    for _ in range(5):
+        assert _login(guesser, "ida@example.com", GUESS).status_code == 400
+    refused = _login(guesser, "ida@example.com", GUESS)
+    body = assert_problem(refused, 429)
+    assert "this address" in body["detail"]
+    assert 0 < int(refused.headers["retry-after"]) <= 15 * 60
+    assert refused.headers["ratelimit-policy"] == "5;w=900"
+    assert_problem(_login(guesser, "ida@example.com", "ida-password"), 429)  # not checked
+    # The account's budget is not spent: the owner, from anywhere else, gets in.
+    assert _login(_elsewhere(spec_limits), "ida@example.com", "ida-password").status_code == 200
+
+
+def test_an_address_the_owner_logged_in_from_is_not_held_back_by_others(spec_limits, client):
+    create_user(client, email="gail@example.com", password="gail-password")
+    home = _elsewhere(spec_limits)
+    assert _login(home, "gail@example.com", "gail-password").status_code == 200
+    # Others spend the account's budget, from many addresses.
+    for _ in range(10):
+        assert _login(_elsewhere(spec_limits), "gail@example.com", GUESS).status_code == 400
+    assert_problem(_login(_elsewhere(spec_limits), "gail@example.com", "gail-password"), 429)
+    # The owner's own address still gets in.
+    assert _login(home, "gail@example.com", "gail-password").status_code == 200
+    # Its own wrong passwords are limited apart (5), and only there.
+    for _ in range(5):
+        assert _login(home, "gail@example.com", GUESS).status_code == 400
+    assert_problem(_login(home, "gail@example.com", "gail-password"), 429)
+
+
+def test_a_success_forgets_the_failures_from_its_address(spec_limits, client):
+    create_user(client, email="jay@example.com", password="jay-password")
+    laptop = _elsewhere(spec_limits)
+    for _ in range(4):
+        assert _login(laptop, "jay@example.com", GUESS).status_code == 400
+    assert _login(laptop, "jay@example.com", "jay-password").status_code == 200
+    # Five more typos before this address is held back, not one.
+    for _ in range(5):
+        assert _login(laptop, "jay@example.com", GUESS).status_code == 400
+    assert_problem(_login(laptop, "jay@example.com", GUESS), 429)
+
+
+def test_failures_for_an_email_nobody_has_do_not_hold_back_its_future_account(spec_limits, client):
+    for _ in range(10):
+        assert _login(_elsewhere(spec_limits), "hana@example.com", GUESS).status_code == 400
+    assert_problem(_login(_elsewhere(spec_limits), "hana@example.com", GUESS), 429)
+    create_user(client, email="hana@example.com", password="hana-password")
+    assert _login(_elsewhere(spec_limits), "Hana@example.com", "hana-password").status_code == 200
+
+
+# The attempt gate itself, on each store, with windows short enough to see one end.
+
+
+@pytest.fixture
+def event_loop_thread():
+    """An event loop on a thread of its own, where the gate counts (the server's loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
+
+
+def _gate(storage_uri, loop, address, windows, name="failed-login-per-account"):
+    declared = [
+        AttemptLimit(name, ATTEMPT_KINDS[name], limit) for limit in limits.parse_many(windows)
+    ]
+    return AttemptGate(LimitCounter(storage_uri), declared, "issue_token", address, loop, {})
+
+
+def _guess(gate, account):
+    with gate.attempt(account) as attempt:
+        attempt.failed()
+
+
+def _log_in(gate, account):
+    with gate.attempt(account):
+        pass
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_past_its_short_window_an_account_is_held_by_its_long_one(store, event_loop_thread):
+    storage_uri = "memory://" if store == "memory" else REDIS_URL
+    if store == "redis":
+        _redis_or_skip()
+    gate = _gate(storage_uri, event_loop_thread, "192.0.2.1", "2 per 2 seconds; 3 per day")
+    account = f"user:{uuid.uuid4().hex}"
+    _guess(gate, account)
+    _guess(gate, account)
+    with pytest.raises(TooManyRequests) as refused:
+        _guess(gate, account)
+    assert 0 < int(refused.value.headers["Retry-After"]) <= 2
+    # Once the short window is over, a guess more (attempts refused meanwhile did not count)...
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            _guess(gate, account)
+            break
+        except TooManyRequests:
+            assert time.monotonic() < deadline, "the 2-second window never ended"
+            time.sleep(0.1)
+    # ...and the day's limit is spent: the wait is the day's now.
+    with pytest.raises(TooManyRequests) as refused:
+        _log_in(gate, account)
+    assert int(refused.value.headers["Retry-After"]) > 60
+    assert refused.value.headers["RateLimit-Policy"] == "3;w=86400"
+
+
+def test_an_address_known_to_an_account_is_known_to_every_server_sharing_redis(
+    event_loop_thread,
+):
+    _redis_or_skip()
+    account = f"user:{uuid.uuid4().hex}"
+    home, elsewhere = f"2001:db8:{uuid.uuid4().hex[:4]}::1", "198.51.100.7"
+    # One server sees the owner log in from home; the other sees someone else spend the
+    # account's budget, then the owner again, from another address of home's /64.
+    first = _gate(REDIS_URL, event_loop_thread, home, "1 per minute")
+    _log_in(first, account)
+    second = _gate(REDIS_URL, event_loop_thread, elsewhere, "1 per minute")
+    _guess(second, account)
+    with pytest.raises(TooManyRequests):
+        _log_in(second, account)
+    home_again = home.replace("::1", "::2")
+    _log_in(_gate(REDIS_URL, event_loop_thread, home_again, "1 per minute"), account)

@@ -119,13 +119,14 @@ class TokenEndpoint:
 
     def _password_grant(self, body: dict, client: OAuthClient | None):
         _required(body, "username", "password")
-        # Wrong passwords are limited per account (the spec's
-        # x-rate-limit-failed-login-per-account), whether the account exists or not, under the
-        # email as the lookup reads it: over the limit the answer is 429 and the password is not
-        # checked.
-        with limited_attempt(normalised_email(body["username"])) as attempt:
-            user = User.authenticate(body["username"], body["password"])
-            if user is None:
+        user = User.with_email(body["username"])
+        # Wrong passwords are limited per account (the spec's x-rate-limit-failed-login-*),
+        # whether it exists or not: over a limit the answer is 429 and the password is not
+        # checked. An account is counted under its user, an email no user has under the email:
+        # what was tried on it does not follow it to the account created with it later.
+        account = f"user:{user.id}" if user else f"email:{normalised_email(body['username'])}"
+        with limited_attempt(account) as attempt:
+            if not User.logs_in(user, body["password"]):
                 attempt.failed()
                 # One answer whether the email is unknown or the password wrong.
                 raise OAuthError("invalid_grant", "The email or password is wrong.")

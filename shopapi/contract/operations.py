@@ -1,5 +1,5 @@
 """The operations a spec declares, each with what the cross-cutting layers need to know about it:
-its route template (for logs), its rate limit (and its limit on failed attempts per account),
+its route template (for logs), its rate limit (and its limits on failed attempts per account),
 its deprecation, whether it accepts an Idempotency-Key and the media types of the body it takes."""
 
 import dataclasses
@@ -8,10 +8,15 @@ import re
 from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-# The operation extensions that limit failed attempts of one kind per account and window
-# (shopapi/pipeline/attempt_limits.py); the kind is the name after the prefix.
+# The operation extensions that limit failed attempts of one kind per account (or per account
+# and address) in one or more windows (shopapi/pipeline/attempt_limits.py); the kind is the name
+# after the prefix.
 ATTEMPT_LIMIT_PREFIX = "x-rate-limit-"
-ATTEMPT_LIMITS = ("failed-login-per-account", "email-taken-per-user")
+ATTEMPT_LIMITS = (
+    "failed-login-per-account-and-address",
+    "failed-login-per-account",
+    "email-taken-per-user",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +37,9 @@ class Operation:
     deprecation: "Deprecation | None" = None
     # The media types of the request body it takes; none when it takes no body.
     media_types: tuple[str, ...] = ()
-    # `x-rate-limit-failed-login-per-account: 10/15 minutes` (or another of ATTEMPT_LIMITS):
-    # the kind and the limit; at most one per operation.
-    attempt_limit: tuple[str, str] | None = None
+    # `x-rate-limit-failed-login-per-account: 10/15 minutes; 50/day` and the others of
+    # ATTEMPT_LIMITS it declares: each kind with its limits, one per window.
+    attempt_limits: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,19 +90,12 @@ def operations_of(spec: dict) -> Iterator[Operation]:
                     deprecation=_deprecation(operation),
                     accepts_idempotency_key=_declares_idempotency_key(spec, item, operation),
                     media_types=tuple(_request_body(spec, operation).get("content", {})),
-                    attempt_limit=_attempt_limit(operation),
+                    attempt_limits=tuple(
+                        (kind, operation[ATTEMPT_LIMIT_PREFIX + kind])
+                        for kind in ATTEMPT_LIMITS
+                        if ATTEMPT_LIMIT_PREFIX + kind in operation
+                    ),
                 )
-
-
-def _attempt_limit(operation: dict) -> tuple[str, str] | None:
-    declared = [
-        (kind, operation[ATTEMPT_LIMIT_PREFIX + kind])
-        for kind in ATTEMPT_LIMITS
-        if ATTEMPT_LIMIT_PREFIX + kind in operation
-    ]
-    if len(declared) > 1:
-        raise ValueError(f"{operation['operationId']}: one attempt limit per operation")
-    return declared[0] if declared else None
 
 
 def _request_body(spec: dict, operation: dict) -> dict:

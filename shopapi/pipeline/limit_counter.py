@@ -33,7 +33,15 @@ FORGET_ENDED_WINDOWS_EVERY = 60.0
 
 def scaled(limit: str, scale: float) -> limits.RateLimitItem:
     """Parse "1000/minute" and multiply its amount by `scale` (at least 1)."""
-    item = limits.parse(limit)
+    return _times(limits.parse(limit), scale)
+
+
+def scaled_each(windows: str, scale: float) -> list[limits.RateLimitItem]:
+    """Parse "10/15 minutes; 50/day" (one limit per window), each scaled as `scaled` does."""
+    return [_times(item, scale) for item in limits.parse_many(windows)]
+
+
+def _times(item: limits.RateLimitItem, scale: float) -> limits.RateLimitItem:
     return type(item)(max(1, round(item.amount * scale)), item.multiples)
 
 
@@ -119,24 +127,49 @@ class LimitCounter:
             count = await self.storage.incr(key, limit.get_expiry())
             reset_at = await self._window_end(key, count, limit)
         except StorageError as error:
-            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            log.warning(
-                "rate limit storage unavailable, serving without limits: %s", error.storage_error
-            )
+            self._failed(error)
             return None
         return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
 
     async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
         """Take back one hit counted in the current window (nothing when the store fails)."""
+        key = limit.key_for(*identifiers)
+        await self._quietly(lambda: self.storage.incr(key, limit.get_expiry(), -1))
+
+    async def clear(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
+        """Forget every hit counted in the current window (nothing when the store fails)."""
+        key = limit.key_for(*identifiers)
+        await self._quietly(lambda: self.storage.clear(key))
+
+    async def remember(self, key: str, seconds: int) -> None:
+        """Note `key` for `seconds` from now, however long it was noted for before."""
+
+        async def note_again():
+            await self.storage.clear(key)
+            await self.storage.incr(key, seconds)
+
+        await self._quietly(note_again)
+
+    async def remembers(self, key: str) -> bool:
+        """Whether `key` is noted (`remember`); False when the store fails."""
+        return bool(await self._quietly(lambda: self.storage.get(key)))
+
+    async def _quietly(self, call):
+        """`call()`'s answer, or None when the store fails or failed a moment ago."""
         if time.monotonic() < self._unavailable_until:
-            return
+            return None
         try:
-            await self.storage.incr(limit.key_for(*identifiers), limit.get_expiry(), -1)
+            return await call()
         except StorageError as error:
-            self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
-            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-            log.warning("rate limit storage unavailable: %s", error.storage_error)
+            self._failed(error)
+            return None
+
+    def _failed(self, error: StorageError) -> None:
+        self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
+        metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+        log.warning(
+            "rate limit storage unavailable, serving without limits: %s", error.storage_error
+        )
 
     async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
         """When the window that `count` fell in ends. The first hit opens a window here; a window

@@ -16,10 +16,10 @@ from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage,
 from shopapi.pipeline.request_facts import caller_of, client_address, operation_of
 from shopapi.telemetry import metrics
 
-# Addresses blocked after failed authentication, kept in this process (about 300 bytes each).
-# Beyond this many the expired ones are dropped, then the oldest half of the rest: so many
-# addresses (IPv6 gives a client plenty) cannot grow it without bound. A forgotten address is
-# no longer refused before its credentials are checked, but its next failure blocks it again.
+# Addresses over their limit of refused credentials, kept in this process (about 300 bytes
+# each). Beyond this many the expired ones are dropped, then the oldest half of the rest: so
+# many addresses (IPv6 gives a client plenty) cannot grow it without bound. A forgotten address
+# costs a storage call at its next refusal, which finds it over the limit again.
 MAX_BLOCKED_ADDRESSES = 10_000
 
 
@@ -64,9 +64,10 @@ def _presents_credentials(scope: Scope) -> bool:
 
 class FailedAuthMiddleware:
     """Counts refused credentials (401) per address; once an address is over its limit, its
-    requests carrying credentials are refused with 429 before they are checked, until the window
-    ends. The block is remembered in this process: a request costs a storage call only if it
-    fails."""
+    further refusals are 429 (with Retry-After) instead of 401 until the window ends. Valid
+    credentials from it are served as ever: others' failures behind one address (a NAT), or a
+    client polling with a revoked token, never hold them back. The limit is remembered in this
+    process: a request costs a storage call only if it fails."""
 
     def __init__(
         self,
@@ -81,7 +82,7 @@ class FailedAuthMiddleware:
 
     @property
     def blocked_addresses(self) -> int:
-        """How many addresses this process remembers blocking (expired blocks included)."""
+        """How many addresses this process remembers over the limit (expired ones included)."""
         return len(self._blocked)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,49 +90,63 @@ class FailedAuthMiddleware:
             await self.app(scope, receive, send)
             return
         address = client_address(scope)
-        self._refuse_if_blocked(scope, address)
-        status = None
+        # A handler's refusal (the token endpoint's invalid_client) is held back until it is
+        # known whether it goes out as it is or becomes a 429.
+        refusal: list[Message] = []
 
-        async def send_noting_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        async def send_holding_refusal(message: Message) -> None:
+            if refusal or (message["type"] == "http.response.start" and message["status"] == 401):
+                refusal.append(message)
+            else:
+                await send(message)
 
         try:
-            await self.app(scope, receive, send_noting_status)
+            await self.app(scope, receive, send_holding_refusal)
         except ProblemException as error:  # 401s from security are raised, not sent
             if error.status == 401:
-                await self._count_failure(address)
+                await self._count_failure(scope, address)
             raise
-        if status == 401:  # a handler's refusal, such as the token endpoint's invalid_client
-            await self._count_failure(address)
+        if refusal:
+            await self._count_failure(scope, address)
+            for message in refusal:
+                await send(message)
 
-    def _refuse_if_blocked(self, scope: Scope, address: str) -> None:
-        blocked = self._blocked.get(address)
-        if blocked is None:
-            return
-        until, usage = blocked
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            del self._blocked[address]
-            return
+    async def _count_failure(self, scope: Scope, address: str) -> None:
+        """Count one refusal from `address`; TooManyRequests when it is over the limit."""
+        usage = self._known_over_limit(address)
+        if usage is None:
+            usage = await self.counter.hit(self.limit, "failed-auth", address)
+            if usage is None:
+                return
+            if usage.count >= self.limit.amount:
+                self._remember_blocked(address, usage)
+            if not usage.exceeded:
+                return
         operation = operation_of(scope)
         metrics.RATE_LIMITED.labels(
             operation.id if operation else metrics.NO_OPERATION, "failed_auth"
         ).inc()
-        usage = dataclasses.replace(usage, reset_after=math.ceil(remaining))
         raise TooManyRequests(
             usage,
             f"Too many failed authentication attempts from this address; try again in "
             f"{usage.reset_after} seconds.",
         )
 
-    async def _count_failure(self, address: str) -> None:
-        usage = await self.counter.hit(self.limit, "failed-auth", address)
-        if usage is not None and usage.count >= self.limit.amount:
-            if len(self._blocked) >= MAX_BLOCKED_ADDRESSES:
-                now = time.monotonic()
-                current = [(a, b) for a, b in self._blocked.items() if b[0] > now]
-                self._blocked = dict(current[max(0, len(current) - MAX_BLOCKED_ADDRESSES // 2) :])
-            self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
+    def _known_over_limit(self, address: str) -> Usage | None:
+        """The address's usage, if this process knows it over the limit until a later time."""
+        blocked = self._blocked.get(address)
+        if blocked is None:
+            return None
+        until, usage = blocked
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            del self._blocked[address]
+            return None
+        return dataclasses.replace(usage, reset_after=math.ceil(remaining))
+
+    def _remember_blocked(self, address: str, usage: Usage) -> None:
+        if len(self._blocked) >= MAX_BLOCKED_ADDRESSES:
+            now = time.monotonic()
+            current = [(a, b) for a, b in self._blocked.items() if b[0] > now]
+            self._blocked = dict(current[max(0, len(current) - MAX_BLOCKED_ADDRESSES // 2) :])
+        self._blocked[address] = (time.monotonic() + usage.reset_after, usage)
