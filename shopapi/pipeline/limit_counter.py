@@ -2,7 +2,6 @@
 Redis), failing open when the storage does not answer. Design: docs/pipeline.md."""
 
 import dataclasses
-import logging
 import math
 import time
 
@@ -12,8 +11,7 @@ from limits.aio.storage import Storage
 from limits.errors import StorageError
 
 from shopapi.telemetry import metrics
-
-log = logging.getLogger("shopapi.rate_limits")
+from shopapi.telemetry.outages import Outages
 
 # After a storage failure, requests go unlimited this long before the store is tried again: a
 # dead Redis then costs one failed call a second, not one per request.
@@ -104,7 +102,7 @@ class LimitCounter:
         forget_ended_every: float = FORGET_ENDED_WINDOWS_EVERY,
     ):
         self.storage = _storage(storage_uri)
-        self._unavailable_until = 0.0
+        self._outages = Outages("rate limit storage", "serving without limits", RETRY_STORAGE_AFTER)
         # When each key's current window ends (wall clock), as far as this process knows: the
         # storage is asked only for windows this process has not seen start.
         self._window_ends: dict[str, float] = {}
@@ -119,7 +117,7 @@ class LimitCounter:
 
     async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
         """Count one hit; None when the storage is unavailable."""
-        if time.monotonic() < self._unavailable_until:
+        if self._outages.pausing:
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
             return None
         key = limit.key_for(*identifiers)
@@ -129,6 +127,7 @@ class LimitCounter:
         except StorageError as error:
             self._failed(error)
             return None
+        self._outages.answered()
         return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
 
     async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
@@ -156,20 +155,19 @@ class LimitCounter:
 
     async def _quietly(self, call):
         """`call()`'s answer, or None when the store fails or failed a moment ago."""
-        if time.monotonic() < self._unavailable_until:
+        if self._outages.pausing:
             return None
         try:
-            return await call()
+            answer = await call()
         except StorageError as error:
             self._failed(error)
             return None
+        self._outages.answered()
+        return answer
 
     def _failed(self, error: StorageError) -> None:
-        self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
         metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
-        log.warning(
-            "rate limit storage unavailable, serving without limits: %s", error.storage_error
-        )
+        self._outages.failed(error.storage_error)
 
     async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
         """When the window that `count` fell in ends. The first hit opens a window here; a window

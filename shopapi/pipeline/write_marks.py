@@ -2,13 +2,12 @@
 replay it: in this process, or in the rate limits' Redis so that every worker and host knows.
 Why by WAL position: docs/database.md."""
 
-import logging
 import time
 
 import redis.asyncio
 import redis.exceptions
 
-log = logging.getLogger("shopapi.database")
+from shopapi.telemetry.outages import Outages
 
 # Callers whose write this process remembers; beyond this many the expired ones are dropped,
 # then the oldest (those callers' next reads go to the primary, which is never wrong).
@@ -62,33 +61,46 @@ class RedisMarks:
             retry_on_error=[],
             retry=None,
         )
+        self.keep_seconds = keep_seconds
         self.keep_ms = int(keep_seconds * 1000)
         self._note_highest = self.redis.register_script(_NOTE_HIGHEST)
-        self._unavailable_until = 0.0
+        self._outages = Outages(
+            "write marks' Redis", "reads go to the primary", RETRY_STORAGE_AFTER
+        )
+        # Until then the marks in Redis may lack writes made while it was away.
+        self._incomplete_until = 0.0
 
     async def written_at(self, caller: str) -> int | None:
-        if time.monotonic() < self._unavailable_until:
+        if self._outages.pausing or time.monotonic() < self._incomplete_until:
             raise MarksUnavailable
         try:
             value = await self.redis.get(f"shopapi:written-at:{caller}")
         except redis.exceptions.RedisError as error:
-            self._failed(error)
+            self._outages.failed(error)
             raise MarksUnavailable from None
+        self._answered()
         return None if value is None else int(value)
 
     async def note(self, caller: str, position: int) -> None:
-        try:
-            await self._note_highest(
-                keys=[f"shopapi:written-at:{caller}"], args=[position, self.keep_ms]
-            )
-        except redis.exceptions.RedisError as error:
-            self._failed(error)
+        if not self._outages.pausing:  # else asked again a moment later, not by every write
+            try:
+                await self._note_highest(
+                    keys=[f"shopapi:written-at:{caller}"], args=[position, self.keep_ms]
+                )
+                self._answered()
+                return
+            except redis.exceptions.RedisError as error:
+                self._outages.failed(error)
+        self._incomplete()
 
-    def _failed(self, error: Exception) -> None:
-        # Until it answers again every read goes to the primary: a write noted nowhere must
-        # not be missed by its caller's next read.
-        self._unavailable_until = time.monotonic() + RETRY_STORAGE_AFTER
-        log.warning("write marks' Redis unavailable, reads go to the primary: %s", error)
+    def _answered(self) -> None:
+        if self._outages.answered():
+            self._incomplete()  # what other processes wrote meanwhile was noted nowhere either
+
+    def _incomplete(self) -> None:
+        # A write noted nowhere: until a replica may have replayed it, every read goes to the
+        # primary, or its caller could miss it.
+        self._incomplete_until = time.monotonic() + self.keep_seconds
 
 
 def write_marks(storage_uri: str, keep_seconds: float) -> MemoryMarks | RedisMarks:

@@ -67,6 +67,12 @@ RATE_LIMIT_STORAGE_ERRORS = Counter(
     "rate_limit_storage_errors_total",
     "Requests served without a rate limit because the limit store failed (fail open).",
 )
+STORE_OUTAGES = Counter(
+    "store_outages_total",
+    "Times a store stopped answering this process (the rate limits' or the write marks' Redis); "
+    "each outage is counted and logged once, when it starts.",
+    ["store"],
+)
 DATABASE_READS = Counter(
     "database_read_requests_total",
     "Requests that only read, by the database that answered them (replica or primary) and why: "
