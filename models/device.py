@@ -139,7 +139,12 @@ class PushDelivery(LeasedDelivery):
                 PushAttempt, outcome, decided, retries, not_before
             )
             if settled == "unregistered":
-                self.device.remove(outcome.get("error") or "the push service refused the token")
+                # A fixed reason: the service's own words may come from any host (a Web Push
+                # endpoint is the client's choice); the attempt log, an admin's, keeps them.
+                status = outcome["response_status"]
+                self.device.remove(
+                    f"the push service answered {status}: the token is no longer valid"
+                )
                 # Nothing more goes to it: its other pending deliveries fail unsent.
                 PushDelivery.update(status="failed", leased_until=None, updated_at=utc_now()).where(
                     PushDelivery.device == self.device_id, PushDelivery.status == "pending"

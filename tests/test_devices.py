@@ -110,3 +110,55 @@ def test_the_vapid_public_key_is_published_when_web_push_is_set_up(app, client, 
     unconfigured = app_with(vapid_private_key=None, vapid_subject=None).test_client()
     unconfigured.headers.update(bearer())
     assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
+
+
+def test_a_web_push_endpoint_must_use_port_443_unless_the_ports_setting_allows_another(
+    app_with,
+):
+    def client_of(**settings):
+        client = app_with(webpush_allow_private=False, **settings).test_client()
+        client.headers.update(bearer())
+        return client, f"/v1/users/{create_user(client)['id']}/devices"
+
+    def subscription(endpoint: str) -> dict:
+        browser = BrowserSubscription.new(endpoint)
+        return {"platform": "webpush", "subscription": browser.to_json()}
+
+    client, devices = client_of()
+    for port in (0, 80, 8443, 65535):
+        endpoint = f"https://push.example.net:{port}/wpush/v2/x"
+        problem = assert_problem(client.post(devices, json=subscription(endpoint)), 422)
+        assert [e.get("pointer") for e in problem["errors"]] == ["/subscription/endpoint"]
+        assert "port 443" in problem["errors"][0]["detail"], problem
+    explicit = client.post(devices, json=subscription("https://push.example.net:443/wpush/v2/x"))
+    assert explicit.status_code == 201, explicit.text
+
+    client, devices = client_of(webpush_ports=(443, 8443))
+    other = client.post(devices, json=subscription("https://push.example.net:8443/wpush/v2/y"))
+    assert other.status_code == 201, other.text
+    assert_problem(client.post(devices, json=subscription("https://push.example.net:8080/z")), 422)
+
+
+def test_web_push_hosts_limit_endpoints_to_the_push_services_named(app_with):
+    client = app_with(
+        webpush_allow_private=False, webpush_hosts=("push.services.mozilla.com",)
+    ).test_client()
+    client.headers.update(bearer())
+    devices = f"/v1/users/{create_user(client)['id']}/devices"
+
+    def register(endpoint: str):
+        subscription = BrowserSubscription.new(endpoint).to_json()
+        return client.post(devices, json={"platform": "webpush", "subscription": subscription})
+
+    for endpoint in (
+        "https://updates.push.services.mozilla.com/wpush/v2/gAAAA",
+        "https://push.services.mozilla.com/wpush/v2/gAAAB",
+    ):
+        assert register(endpoint).status_code == 201, endpoint
+    for endpoint in (
+        "https://push.example.net/wpush/v2/gAAAA",
+        "https://evilpush.services.mozilla.com/wpush/v2/gAAAA",
+        "https://push.services.mozilla.com.example.net/wpush/v2/gAAAA",
+    ):
+        problem = assert_problem(register(endpoint), 422)
+        assert [e.get("pointer") for e in problem["errors"]] == ["/subscription/endpoint"]

@@ -187,7 +187,9 @@ def test_web_push_reaches_the_browser_encrypted_and_signed(app_with, keys):
     # 410: the subscription is gone; the device is removed, nothing more is sent to it.
     removed = own.get(f"/v1/users/{customer['id']}/devices/{gone['id']}").json()
     assert removed["removed_at"] is not None
-    assert "410" in removed["removed_reason"]
+    assert (
+        removed["removed_reason"] == "the push service answered 410: the token is no longer valid"
+    )
     tried, untried = _deliveries(admin, customer, gone)
     assert [a["response_status"] for a in tried["attempts"]] == [410]
     assert (tried["status"], untried["status"], untried["attempts"]) == ("failed", "failed", [])
@@ -288,7 +290,9 @@ def test_fcm_gets_each_token_its_message_with_an_oauth_token_from_the_service_ac
     live = _deliveries(client, customer, devices["live-token"])
     assert [d["status"] for d in live] == ["delivered", "delivered"]
     gone = own.get(f"/v1/users/{customer['id']}/devices/{devices['gone-token']['id']}").json()
-    assert "UNREGISTERED" in gone["removed_reason"]
+    assert gone["removed_reason"] == "the push service answered 404: the token is no longer valid"
+    [removal, _] = _deliveries(client, customer, devices["gone-token"])
+    assert "UNREGISTERED" in removal["attempts"][0]["error"]  # FCM's words, for an admin
     busy = _deliveries(client, customer, devices["busy-token"])
     assert [d["status"] for d in busy] == ["pending", "pending"]
     for delivery in busy:
@@ -389,8 +393,14 @@ def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, clien
         "delivered",
     ]
     listed = {d["id"]: d for d in own.get(f"/v1/users/{customer['id']}/devices").json()["data"]}
-    assert "410" in listed[devices["b"]["id"]]["removed_reason"]
-    assert "BadDeviceToken" in listed[devices["c"]["id"]]["removed_reason"]
+    assert listed[devices["b"]["id"]]["removed_reason"] == (
+        "the push service answered 410: the token is no longer valid"
+    )
+    assert listed[devices["c"]["id"]]["removed_reason"] == (
+        "the push service answered 400: the token is no longer valid"
+    )
+    [refusal, _] = _deliveries(client, customer, devices["c"])
+    assert "BadDeviceToken" in refusal["attempts"][0]["error"]  # APNs's words, for an admin
     assert listed[devices["a"]["id"]]["removed_at"] is None
 
 
@@ -461,3 +471,50 @@ def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
     low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
     assert push.notification_for(low) is None
     assert not push.notifies(low)
+
+
+def test_a_removed_devices_reason_says_the_status_never_what_the_service_wrote(app_with, keys):
+    """A Web Push endpoint is any host the client chose: what it answers is not shown to the
+    device's owner, only its status. The attempt log, an admin's to read, keeps it."""
+    settings = _settings(keys)
+    app = app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+    admin = _client(app)
+    customer = create_user(admin)
+    own = _client(app, customer)
+    words = b"upstream db-7.internal:5432 refused the pool"
+    with Service(lambda request: (410, {"Content-Type": "text/plain"}, words)) as service:
+        browser = BrowserSubscription.new(f"{service.url}/gone/subscription-1")
+        device = _register(own, customer, platform="webpush", subscription=browser.to_json())
+        assert _run_worker(settings) == 1
+
+    shown = own.get(f"/v1/users/{customer['id']}/devices/{device['id']}")
+    assert shown.json()["removed_reason"] == (
+        "the push service answered 410: the token is no longer valid"
+    )
+    assert "db-7" not in shown.text
+    [delivery] = _deliveries(admin, customer, device)
+    assert "db-7.internal" in delivery["attempts"][0]["error"]
+
+
+def test_a_web_push_endpoint_the_settings_no_longer_allow_is_not_sent_to(app_with, keys):
+    """The endpoint rule is checked again when the worker sends: a device registered before the
+    rule (or the setting) changed gets nothing."""
+    settings = _settings(keys, webpush_hosts=("push.services.mozilla.com",))
+    app = app_with(webpush_allow_private=True)
+    admin = _client(app)
+    customer = create_user(admin)
+    own = _client(app, customer)
+    with Service(lambda request: 201) as service:
+        browser = BrowserSubscription.new(f"{service.url}/wpush/v2/subscription-1")
+        device = _register(own, customer, platform="webpush", subscription=browser.to_json())
+        assert _run_worker(settings) == 1
+    assert service.requests == []
+    [delivery] = _deliveries(admin, customer, device)
+    assert delivery["status"] == "failed"
+    assert delivery["attempts"][0]["error"] == (
+        "not sent: the endpoint is not at a push service this server sends to"
+    )
