@@ -14,6 +14,9 @@ from models.fields import UTCDateTimeField, utc_now
 from models.user import User
 
 PLATFORMS = ("fcm", "apns", "webpush")
+# The rounds a registration makes at most, each lost to another user's registration of the
+# same token inserting it first (one user's registrations take turns).
+REGISTER_ROUNDS = 5
 
 
 def token_digest(platform: str, token: str) -> str:
@@ -43,29 +46,56 @@ class Device(BaseModel):
     ) -> tuple["Device", bool]:
         """The device with this token, now `user_id`'s and active, and whether it is new. The
         same token registered again is the same device (its Web Push keys renewed); a token
-        another user had registered moves to `user_id`, whose app now holds it."""
+        another user had registered moves to `user_id`, whose app now holds it. Registrations
+        at once answer as they would one after the other."""
         digest = token_digest(platform, token)
         with database.atomic():
-            query = cls.select().where(cls.token_digest == digest)
-            device = (query.for_update() if is_postgresql() else query).first()
-            if device is not None and device.user_id != user_id:
-                device.delete_instance()  # the other user's deliveries to it go with it
-                device = None
-            if device is None:
-                device = cls(
-                    user=user_id,
-                    platform=platform,
-                    token=token,
-                    token_digest=digest,
-                    token_hint=hint,
-                )
-                created = True
-            else:
-                created = False
-            device.p256dh, device.auth = keys.get("p256dh"), keys.get("auth")
-            device.removed_at = device.removed_reason = None
-            device.save()
+            if is_postgresql():
+                # One registration of a user's at a time. NO KEY: the inserts that refer to the
+                # user (orders, devices) need not wait.
+                User.select(User.id).where(User.id == user_id).for_update(
+                    "FOR NO KEY UPDATE"
+                ).execute()
+            for round_ in range(1, REGISTER_ROUNDS + 1):
+                try:
+                    device, created = cls._own(user_id, platform, token, digest, hint, keys)
+                    break
+                except peewee.IntegrityError:
+                    # Another user's registration of this token committed its row first:
+                    # found in the next round. (Each round lost is another's won.)
+                    if round_ == REGISTER_ROUNDS:
+                        raise
+            if not created:
+                device.p256dh, device.auth = keys.get("p256dh"), keys.get("auth")
+                device.removed_at = device.removed_reason = None
+                device.save()
         return device, created
+
+    @classmethod
+    def _own(
+        cls, user_id: int, platform: str, token: str, digest: str, hint: str, keys: dict
+    ) -> tuple["Device", bool]:
+        """`user_id`'s device with this digest, taken from another user if need be, or a new
+        one, and whether it is new; IntegrityError when a concurrent registration inserted the
+        digest first (the outer transaction goes on: the insert had a savepoint of its own)."""
+        query = cls.select().where(cls.token_digest == digest)
+        device = (query.for_update() if is_postgresql() else query).first()
+        if device is not None and device.user_id != user_id:
+            device.delete_instance()  # the other user's deliveries to it go with it
+            device = None
+        if device is not None:
+            return device, False
+        with database.atomic():
+            device = cls.create(
+                user=user_id,
+                platform=platform,
+                token=token,
+                token_digest=digest,
+                token_hint=hint,
+                p256dh=keys.get("p256dh"),
+                auth=keys.get("auth"),
+            )
+        return device, True
 
     def remove(self, reason: str) -> None:
         now = utc_now()

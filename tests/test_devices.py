@@ -1,9 +1,27 @@
 """Devices through the API: registering (idempotent), listing, removing, who reaches whose,
 what is refused, and the Web Push key. Delivery to them is tests/test_push.py."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
 from cryptography.hazmat.primitives import serialization
-from support.helpers import VAPID, assert_problem, bearer, bearer_for, create_user
+from support.helpers import (
+    VAPID,
+    assert_problem,
+    bearer,
+    bearer_for,
+    create_user,
+    scalar,
+    wait_for,
+)
+from support.live import live_server
 from support.push_services import BrowserSubscription, b64url
+
+from models import Device
+from models.db import database, is_postgresql
+from models.device import token_digest
 
 FCM_TOKEN = "fGx1-example:APA91bH" + "x" * 140 + "tail42"
 APNS_TOKEN = "A0" * 32
@@ -162,3 +180,77 @@ def test_web_push_hosts_limit_endpoints_to_the_push_services_named(app_with):
     ):
         problem = assert_problem(register(endpoint), 422)
         assert [e.get("pointer") for e in problem["errors"]] == ["/subscription/endpoint"]
+
+
+def test_a_token_registered_by_a_concurrent_request_is_the_same_device_not_a_conflict(
+    app, client, direct_database_url
+):
+    """Another registration of this token commits while this one is inserting it: this one
+    answers as if it came second (200, that device), never 409. Made deterministic on
+    PostgreSQL: the other registration's row is inserted here and committed once this
+    request waits on the unique digest. (SQLite takes its write lock at BEGIN: no race.)"""
+    if not is_postgresql():
+        pytest.skip("SQLite transactions take the write lock when they begin: no such race")
+    user = create_user(client)
+    devices = f"/v1/users/{user['id']}/devices"
+    answers = []
+    request = threading.Thread(
+        target=lambda: answers.append(
+            _as(app, user).post(devices, json={"platform": "fcm", "token": FCM_TOKEN})
+        )
+    )
+    with database.atomic():
+        other = Device.create(
+            user=user["id"],
+            platform="fcm",
+            token=FCM_TOKEN,
+            token_digest=token_digest("fcm", FCM_TOKEN),
+            token_hint="…tail42",
+        )
+        request.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"device\"%'"
+        )
+        wait_for(
+            lambda: scalar(direct_database_url, waiting),
+            "the registration to wait on the other one's token",
+        )
+    request.join(timeout=60)
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == other.id
+
+
+@pytest.mark.slow
+def test_concurrent_registrations_of_one_token_answer_as_registrations_in_turn(app, database_url):
+    """Real requests at once to a real server: of one user's, one is 201 and the others 200
+    with the same device; of two users', each 201 (moved) or 200, and one device remains."""
+    body = {"platform": "fcm", "token": FCM_TOKEN}
+    with (
+        live_server(database_url) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as admin,
+    ):
+        users = [create_user(admin), create_user(admin)]
+        start = threading.Barrier(8)
+
+        def register(user):
+            with httpx.Client(base_url=base, timeout=60, headers=bearer_for(user)) as own:
+                start.wait()
+                return own.post(f"/v1/users/{user['id']}/devices", json=body)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            alone = list(pool.map(register, [users[0]] * 8))
+            assert sorted(a.status_code for a in alone) == [200] * 7 + [201], [
+                a.text for a in alone
+            ]
+            assert len({a.json()["id"] for a in alone}) == 1
+            both = list(pool.map(register, users * 4))
+        assert {a.status_code for a in both} <= {200, 201}, [a.text for a in both]
+        remaining = [
+            device
+            for user in users
+            for device in admin.get(f"/v1/users/{user['id']}/devices").json()["data"]
+        ]
+        assert len(remaining) == 1
+        assert remaining[0]["id"] in {a.json()["id"] for a in both if a.status_code == 201}
