@@ -148,6 +148,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
     app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
     app.app.config["WEBPUSH_ENDPOINTS"] = EndpointRule.of(settings)
+    app.app.config["PUSH_DEVICES_PER_USER"] = settings.push_devices_per_user
     app.app.config["VAPID_PUBLIC_KEY"] = (
         webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
     )

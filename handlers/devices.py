@@ -71,7 +71,8 @@ def list_devices(user_id, **params):
 
 def register_device(user_id, body):
     token, hint, keys = _token_of(body)
-    device, new = Device.register(_user(user_id), body["platform"], token, hint, keys)
+    limit = flask.current_app.config["PUSH_DEVICES_PER_USER"]
+    device, new = Device.register(_user(user_id), body["platform"], token, hint, keys, limit)
     return created(represent(device), device.id) if new else represent(device)
 
 

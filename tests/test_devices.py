@@ -130,6 +130,54 @@ def test_the_vapid_public_key_is_published_when_web_push_is_set_up(app, client, 
     assert_problem(unconfigured.get("/v1/push/vapid-public-key"), 404)
 
 
+def test_a_user_has_at_most_the_device_limit_and_the_least_recently_registered_is_retired(
+    app_with,
+):
+    """Beyond PUSH_DEVICES_PER_USER the device registered longest ago is retired (removed, with
+    a fixed reason), not the new one refused: tokens change on reinstall, and a refused user
+    would be left with stale devices. Retired devices are kept only as many as the limit."""
+    app = app_with(push_devices_per_user=3)
+    client = app.test_client()
+    client.headers.update(bearer())
+    user = create_user(client)
+    own = _as(app, user)
+    devices = f"/v1/users/{user['id']}/devices"
+
+    def register(token: str):
+        answer = own.post(devices, json={"platform": "fcm", "token": token})
+        assert answer.status_code in (200, 201), answer.text
+        return answer.json()
+
+    def listed() -> dict[str, dict]:
+        data = own.get(devices, params={"per_page": 100}).json()["data"]
+        return {d["token_hint"].removeprefix("…"): d for d in data}
+
+    for token in ("tk0001", "tk0002", "tk0003"):  # a token's last 6 characters are its hint
+        register(token)
+    register("tk0001")  # registered again at the app's start: the most recent now
+    register("tk0004")
+    retired = listed()["tk0002"]
+    assert retired["removed_at"] is not None
+    assert retired["removed_reason"] == (
+        "retired for a newer device: a user's notifications go to at most 3 devices"
+    )
+    active = sorted(token for token, d in listed().items() if d["removed_at"] is None)
+    assert active == ["tk0001", "tk0003", "tk0004"]
+
+    assert register("tk0002")["removed_at"] is None  # back, and tk0003 retired for it
+    assert listed()["tk0003"]["removed_at"] is not None
+
+    for n in range(5, 15):
+        register(f"tk{n:04d}")
+    kept = listed()
+    assert sorted(t for t, d in kept.items() if d["removed_at"] is None) == [
+        "tk0012",
+        "tk0013",
+        "tk0014",
+    ]
+    assert len(kept) == 6  # and the 3 retired most recently: the rows stay bounded
+
+
 def test_a_web_push_endpoint_must_use_port_443_unless_the_ports_setting_allows_another(
     app_with,
 ):

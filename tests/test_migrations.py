@@ -22,6 +22,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0007_credential_revocation",
         "m0008_product_vacuumed_sooner",
         "m0009_devices",
+        "m0010_push_leases",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -55,6 +56,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0007_credential_revocation",),
             ("m0008_product_vacuumed_sooner",),
             ("m0009_devices",),
+            ("m0010_push_leases",),
         ]
 
 

@@ -6,6 +6,7 @@ account's JWT grant) and APNs (HTTP/2 over TLS, an ES256 provider token)."""
 import datetime
 import email.utils
 import logging
+import threading
 import time
 import urllib.parse
 
@@ -14,7 +15,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jose import jwt
-from support.helpers import bearer, bearer_for, create_product, create_user, place_order
+from support.helpers import (
+    WAIT_SECONDS,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+    wait_for,
+)
 from support.push_services import (
     BrowserSubscription,
     Http2Service,
@@ -24,9 +33,9 @@ from support.push_services import (
 )
 from support.tls import self_signed_certificate
 
-from models import Event
+from models import Device, Event, PushAttempt, PushDelivery
 from models.delivery import Retries
-from shopapi.events import push
+from shopapi.events import push, worker
 from shopapi.events.push import sending
 from shopapi.events.worker import fan_out, push_one
 from shopapi.settings import Settings
@@ -86,7 +95,7 @@ def _run_worker(settings: Settings) -> int:
     attempts were made."""
     senders = sending.senders(settings)
     retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
-    while fan_out():
+    while fan_out(devices_per_user=settings.push_devices_per_user):
         pass
     attempts = 0
     while push_one(senders, retries, settings.webhook_timeout_seconds):
@@ -518,3 +527,83 @@ def test_a_web_push_endpoint_the_settings_no_longer_allow_is_not_sent_to(app_wit
     assert delivery["attempts"][0]["error"] == (
         "not sent: the endpoint is not at a push service this server sends to"
     )
+
+
+def test_fan_out_goes_to_at_most_the_device_limit_the_most_recently_registered(app, client):
+    """Devices beyond the limit (registered before it was lowered, say) get nothing: one event
+    makes at most PUSH_DEVICES_PER_USER deliveries."""
+    customer = create_user(client)
+    own = _client(app, customer)
+    devices = [_register(own, customer, platform="fcm", token=f"token-{n}") for n in range(5)]
+    again = own.post(
+        f"/v1/users/{customer['id']}/devices", json={"platform": "fcm", "token": "token-0"}
+    )
+    assert again.status_code == 200
+    assert _run_worker(Settings(push_transport="log", push_devices_per_user=3)) == 3
+    sent_to = [n for n, device in enumerate(devices) if _deliveries(client, customer, device)]
+    assert sent_to == [0, 3, 4]
+
+
+def test_one_owners_silent_push_services_leave_the_threads_to_another_owners_notification(
+    app_with, keys
+):
+    """One owner's devices whose push service never answers hold at most their share of the
+    worker's threads (one of four): another owner's notification goes out while theirs are
+    still waiting, and theirs go out in turn once their service answers."""
+    settings = _settings(
+        keys, webhook_worker_threads=4, webhook_poll_seconds=0.05, webhook_timeout_seconds=60.0
+    )
+    app = app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+    admin = _client(app)
+    answering = threading.Event()
+
+    def silent(request):
+        answering.wait(WAIT_SECONDS)
+        return 201
+
+    stop = threading.Event()
+    threads = []
+    with Service(silent) as slow, Service(lambda request: 201) as fast:
+        try:
+            flooder, other = create_user(admin), create_user(admin)  # each welcomed: an event
+            own = _client(app, flooder)
+            for n in range(8):
+                endpoint = f"{slow.url}/wpush/v2/silent-{n}"
+                subscription = BrowserSubscription.new(endpoint).to_json()
+                _register(own, flooder, platform="webpush", subscription=subscription)
+            browser = BrowserSubscription.new(f"{fast.url}/wpush/v2/other")
+            device = _register(
+                _client(app, other), other, platform="webpush", subscription=browser.to_json()
+            )
+            threads = worker.start(settings, stop)
+
+            def delivered_to_other():
+                return PushDelivery.get_or_none(
+                    (PushDelivery.device == device["id"]) & (PushDelivery.status == "delivered")
+                )
+
+            wait_for(delivered_to_other, "the other owner's welcome")
+            wait_for(lambda: slow.requests, "the flooder's first push in flight")
+            flooders = (
+                PushDelivery.select(PushDelivery.id)
+                .join(Device)
+                .where(Device.user == flooder["id"])
+            )
+            assert PushAttempt.select().where(PushAttempt.delivery.in_(flooders)).count() == 0
+            leased = flooders.where(PushDelivery.leased_until.is_null(False))
+            assert leased.count() == 1
+            assert len(slow.requests) == 1
+            answering.set()
+            wait_for(
+                lambda: flooders.where(PushDelivery.status == "delivered").count() == 8,
+                "the flooder's welcomes, once their service answers",
+            )
+        finally:
+            answering.set()
+            stop.set()
+            for thread in threads:
+                thread.join()

@@ -156,10 +156,12 @@ def test_the_push_settings_come_from_the_environment():
     assert Settings.from_env({}).webpush_ports == (443,)
     settings = Settings.from_env(
         {
+            "PUSH_DEVICES_PER_USER": "5",
             "WEBPUSH_PORTS": "443, 8443",
             "WEBPUSH_HOSTS": "Push.Services.Mozilla.com., fcm.googleapis.com",
         }
     )
+    assert settings.push_devices_per_user == 5
     assert settings.webpush_ports == (443, 8443)
     assert settings.webpush_hosts == ("push.services.mozilla.com", "fcm.googleapis.com")
 
@@ -167,6 +169,7 @@ def test_the_push_settings_come_from_the_environment():
 @pytest.mark.parametrize(
     ("name", "value"),
     [
+        ("PUSH_DEVICES_PER_USER", "0"),
         ("WEBPUSH_PORTS", "0"),
         ("WEBPUSH_PORTS", "65536"),
         ("WEBPUSH_PORTS", "https"),

@@ -134,6 +134,9 @@ class Settings:
     # (the browsers' services: fcm.googleapis.com,push.services.mozilla.com,push.apple.com,
     # notify.windows.com).
     webpush_hosts: tuple[str, ...] = _setting("WEBPUSH_HOSTS", parse.host_names, ())
+    # The devices a user's notifications go to, at most: registering one more retires the one
+    # registered longest ago.
+    push_devices_per_user: int = _setting("PUSH_DEVICES_PER_USER", parse.integer(1, 1000), 20)
     # FCM HTTP v1: the Firebase project's service-account key file, and where FCM answers.
     fcm_service_account: Mapping[str, str] | None = _setting(
         "FCM_SERVICE_ACCOUNT_FILE", parse.service_account
