@@ -46,6 +46,7 @@ from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
 from shopapi.events.push import webpush
+from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.stream import EventStreams
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
@@ -153,7 +154,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
     app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
     app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
-    app.app.config["WEBPUSH_ALLOW_PRIVATE"] = settings.webpush_allow_private
+    app.app.config["WEBPUSH_ENDPOINTS"] = EndpointRule.of(settings)
+    app.app.config["PUSH_DEVICES_PER_USER"] = settings.push_devices_per_user
     app.app.config["VAPID_PUBLIC_KEY"] = (
         webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
     )

@@ -13,7 +13,6 @@ from handlers.webhooks import represent_delivery, with_attempts
 from models import Device, PushAttempt, PushDelivery, User
 from models.errors import InvalidReference
 from shopapi.auth.security import current_principal
-from shopapi.events import webhook_targets
 from shopapi.events.push.sending import b64url_decode
 from shopapi.web.listing import list_response
 from shopapi.web.responses import created
@@ -52,10 +51,7 @@ def _token_of(body: dict) -> tuple[str, str, dict]:
 
 def _subscription(subscription: dict) -> tuple[str, str, dict]:
     endpoint, keys = subscription["endpoint"], subscription["keys"]
-    allow_private = flask.current_app.config["WEBPUSH_ALLOW_PRIVATE"]
-    refusal = webhook_targets.refusal(endpoint, allow_private)
-    if refusal is None and not allow_private and urlsplit(endpoint).scheme.lower() != "https":
-        refusal = "must be an https URL"
+    refusal = flask.current_app.config["WEBPUSH_ENDPOINTS"].refusal(endpoint)
     if refusal:
         raise InvalidReference("/subscription/endpoint", f"The endpoint {refusal}.")
     try:
@@ -75,7 +71,8 @@ def list_devices(user_id, **params):
 
 def register_device(user_id, body):
     token, hint, keys = _token_of(body)
-    device, new = Device.register(_user(user_id), body["platform"], token, hint, keys)
+    limit = flask.current_app.config["PUSH_DEVICES_PER_USER"]
+    device, new = Device.register(_user(user_id), body["platform"], token, hint, keys, limit)
     return created(represent(device), device.id) if new else represent(device)
 
 

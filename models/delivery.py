@@ -65,24 +65,37 @@ class LeasedDelivery(BaseModel):
         )
 
     @classmethod
+    def leased(cls, now: datetime.datetime) -> peewee.Expression:
+        """Pending and leased by a live worker: being attempted now."""
+        return (cls.status == "pending") & (cls.leased_until > now)
+
+    @classmethod
     def lease_first(cls, query: peewee.Select, attempt_seconds: float):
         """Lease the first row of `query` (due rows, oldest first) for an attempt that ends
-        within `attempt_seconds`; or None. On PostgreSQL the row is locked, skipping rows other
-        workers are claiming (OF this table only: locking joined rows would make other workers
-        skip everything that shares them)."""
-        now = utc_now()
+        within `attempt_seconds`; or None."""
+        with database.atomic():
+            row = cls.lock_first(query)
+            if row is not None:
+                row.lease(attempt_seconds)
+        return row
+
+    @classmethod
+    def lock_first(cls, query: peewee.Select):
+        """The first row of `query`, or None; call it in a transaction. On PostgreSQL the row is
+        locked, skipping rows other workers are claiming (OF this table only: locking joined
+        rows would make other workers skip everything that shares them)."""
         if is_postgresql():
             query = query.for_update(of=cls, skip_locked=True)
-        with database.atomic():
-            row = query.limit(1).first()
-            if row is None:
-                return None
-            lease = datetime.timedelta(seconds=attempt_seconds + LEASE_MARGIN_SECONDS)
-            row.leased_until = now + lease
-            cls.update(leased_until=row.leased_until, updated_at=now).where(
-                cls.id == row.id
-            ).execute()
-        return row
+        return query.limit(1).first()
+
+    def lease(self, attempt_seconds: float) -> None:
+        """Hold the row (found by `lock_first`, in its transaction) for an attempt that ends
+        within `attempt_seconds`."""
+        now = utc_now()
+        self.leased_until = now + datetime.timedelta(seconds=attempt_seconds + LEASE_MARGIN_SECONDS)
+        type(self).update(leased_until=self.leased_until, updated_at=now).where(
+            type(self).id == self.id
+        ).execute()
 
     def record_attempt(
         self,

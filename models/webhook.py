@@ -118,11 +118,11 @@ class Delivery(LeasedDelivery):
         )
 
     @classmethod
-    def fan_out(cls, batch: int, notifies=None) -> list[Event]:
+    def fan_out(cls, batch: int, notifies, devices_per_user: int) -> list[Event]:
         """Create the deliveries of the next `batch` new events, to each webhook that receives
-        them and, for the events `notifies(event)` says notify their owner, to each of the
-        owner's devices; and mark the events dispatched, all in one transaction. Returns the
-        events."""
+        them and (unless `notifies` is None), for the events `notifies(event)` says notify their
+        owner, to each of the owner's devices (`devices_per_user` at most); and mark the events
+        dispatched, all in one transaction. Returns the events."""
         with database.atomic():
             events = list(Event.undispatched(batch))
             if events:
@@ -132,7 +132,8 @@ class Delivery(LeasedDelivery):
                         if webhook.receives(event):
                             cls.of(webhook, event)
                 if notifies is not None:
-                    PushDelivery.fan_out([event for event in events if notifies(event)])
+                    notifying = [event for event in events if notifies(event)]
+                    PushDelivery.fan_out(notifying, devices_per_user)
                 Event.mark_dispatched(events)
         return events
 

@@ -23,6 +23,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0008_product_vacuumed_sooner",
         "m0009_devices",
         "m0010_login_revocation",
+        "m0011_push_leases",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -57,6 +58,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0008_product_vacuumed_sooner",),
             ("m0009_devices",),
             ("m0010_login_revocation",),
+            ("m0011_push_leases",),
         ]
 
 

@@ -6,6 +6,7 @@ account's JWT grant) and APNs (HTTP/2 over TLS, an ES256 provider token)."""
 import datetime
 import email.utils
 import logging
+import threading
 import time
 import urllib.parse
 
@@ -14,7 +15,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jose import jwt
-from support.helpers import bearer, bearer_for, create_product, create_user, place_order
+from support.helpers import (
+    WAIT_SECONDS,
+    bearer,
+    bearer_for,
+    create_product,
+    create_user,
+    place_order,
+    wait_for,
+)
 from support.push_services import (
     BrowserSubscription,
     Http2Service,
@@ -24,9 +33,9 @@ from support.push_services import (
 )
 from support.tls import self_signed_certificate
 
-from models import Event
+from models import Device, Event, PushAttempt, PushDelivery
 from models.delivery import Retries
-from shopapi.events import push
+from shopapi.events import push, worker
 from shopapi.events.push import sending
 from shopapi.events.worker import fan_out, push_one
 from shopapi.settings import Settings
@@ -86,7 +95,7 @@ def _run_worker(settings: Settings) -> int:
     attempts were made."""
     senders = sending.senders(settings)
     retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
-    while fan_out():
+    while fan_out(devices_per_user=settings.push_devices_per_user):
         pass
     attempts = 0
     while push_one(senders, retries, settings.webhook_timeout_seconds):
@@ -187,7 +196,9 @@ def test_web_push_reaches_the_browser_encrypted_and_signed(app_with, keys):
     # 410: the subscription is gone; the device is removed, nothing more is sent to it.
     removed = own.get(f"/v1/users/{customer['id']}/devices/{gone['id']}").json()
     assert removed["removed_at"] is not None
-    assert "410" in removed["removed_reason"]
+    assert (
+        removed["removed_reason"] == "the push service answered 410: the token is no longer valid"
+    )
     tried, untried = _deliveries(admin, customer, gone)
     assert [a["response_status"] for a in tried["attempts"]] == [410]
     assert (tried["status"], untried["status"], untried["attempts"]) == ("failed", "failed", [])
@@ -288,7 +299,9 @@ def test_fcm_gets_each_token_its_message_with_an_oauth_token_from_the_service_ac
     live = _deliveries(client, customer, devices["live-token"])
     assert [d["status"] for d in live] == ["delivered", "delivered"]
     gone = own.get(f"/v1/users/{customer['id']}/devices/{devices['gone-token']['id']}").json()
-    assert "UNREGISTERED" in gone["removed_reason"]
+    assert gone["removed_reason"] == "the push service answered 404: the token is no longer valid"
+    [removal, _] = _deliveries(client, customer, devices["gone-token"])
+    assert "UNREGISTERED" in removal["attempts"][0]["error"]  # FCM's words, for an admin
     busy = _deliveries(client, customer, devices["busy-token"])
     assert [d["status"] for d in busy] == ["pending", "pending"]
     for delivery in busy:
@@ -389,8 +402,14 @@ def test_apns_gets_each_device_token_over_http2_with_a_provider_token(app, clien
         "delivered",
     ]
     listed = {d["id"]: d for d in own.get(f"/v1/users/{customer['id']}/devices").json()["data"]}
-    assert "410" in listed[devices["b"]["id"]]["removed_reason"]
-    assert "BadDeviceToken" in listed[devices["c"]["id"]]["removed_reason"]
+    assert listed[devices["b"]["id"]]["removed_reason"] == (
+        "the push service answered 410: the token is no longer valid"
+    )
+    assert listed[devices["c"]["id"]]["removed_reason"] == (
+        "the push service answered 400: the token is no longer valid"
+    )
+    [refusal, _] = _deliveries(client, customer, devices["c"])
+    assert "BadDeviceToken" in refusal["attempts"][0]["error"]  # APNs's words, for an admin
     assert listed[devices["a"]["id"]]["removed_at"] is None
 
 
@@ -461,3 +480,130 @@ def test_a_new_user_is_welcomed_and_a_low_stock_product_notifies_nobody():
     low = Event(id=5, type="product.low_stock", resource_type="product", resource_id=3, data="{}")
     assert push.notification_for(low) is None
     assert not push.notifies(low)
+
+
+def test_a_removed_devices_reason_says_the_status_never_what_the_service_wrote(app_with, keys):
+    """A Web Push endpoint is any host the client chose: what it answers is not shown to the
+    device's owner, only its status. The attempt log, an admin's to read, keeps it."""
+    settings = _settings(keys)
+    app = app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+    admin = _client(app)
+    customer = create_user(admin)
+    own = _client(app, customer)
+    words = b"upstream db-7.internal:5432 refused the pool"
+    with Service(lambda request: (410, {"Content-Type": "text/plain"}, words)) as service:
+        browser = BrowserSubscription.new(f"{service.url}/gone/subscription-1")
+        device = _register(own, customer, platform="webpush", subscription=browser.to_json())
+        assert _run_worker(settings) == 1
+
+    shown = own.get(f"/v1/users/{customer['id']}/devices/{device['id']}")
+    assert shown.json()["removed_reason"] == (
+        "the push service answered 410: the token is no longer valid"
+    )
+    assert "db-7" not in shown.text
+    [delivery] = _deliveries(admin, customer, device)
+    assert "db-7.internal" in delivery["attempts"][0]["error"]
+
+
+def test_a_web_push_endpoint_the_settings_no_longer_allow_is_not_sent_to(app_with, keys):
+    """The endpoint rule is checked again when the worker sends: a device registered before the
+    rule (or the setting) changed gets nothing."""
+    settings = _settings(keys, webpush_hosts=("push.services.mozilla.com",))
+    app = app_with(webpush_allow_private=True)
+    admin = _client(app)
+    customer = create_user(admin)
+    own = _client(app, customer)
+    with Service(lambda request: 201) as service:
+        browser = BrowserSubscription.new(f"{service.url}/wpush/v2/subscription-1")
+        device = _register(own, customer, platform="webpush", subscription=browser.to_json())
+        assert _run_worker(settings) == 1
+    assert service.requests == []
+    [delivery] = _deliveries(admin, customer, device)
+    assert delivery["status"] == "failed"
+    assert delivery["attempts"][0]["error"] == (
+        "not sent: the endpoint is not at a push service this server sends to"
+    )
+
+
+def test_fan_out_goes_to_at_most_the_device_limit_the_most_recently_registered(app, client):
+    """Devices beyond the limit (registered before it was lowered, say) get nothing: one event
+    makes at most PUSH_DEVICES_PER_USER deliveries."""
+    customer = create_user(client)
+    own = _client(app, customer)
+    devices = [_register(own, customer, platform="fcm", token=f"token-{n}") for n in range(5)]
+    again = own.post(
+        f"/v1/users/{customer['id']}/devices", json={"platform": "fcm", "token": "token-0"}
+    )
+    assert again.status_code == 200
+    assert _run_worker(Settings(push_transport="log", push_devices_per_user=3)) == 3
+    sent_to = [n for n, device in enumerate(devices) if _deliveries(client, customer, device)]
+    assert sent_to == [0, 3, 4]
+
+
+def test_one_owners_silent_push_services_leave_the_threads_to_another_owners_notification(
+    app_with, keys
+):
+    """One owner's devices whose push service never answers hold at most their share of the
+    worker's threads (one of four): another owner's notification goes out while theirs are
+    still waiting, and theirs go out in turn once their service answers."""
+    settings = _settings(
+        keys, webhook_worker_threads=4, webhook_poll_seconds=0.05, webhook_timeout_seconds=60.0
+    )
+    app = app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+    admin = _client(app)
+    answering = threading.Event()
+
+    def silent(request):
+        answering.wait(WAIT_SECONDS)
+        return 201
+
+    stop = threading.Event()
+    threads = []
+    with Service(silent) as slow, Service(lambda request: 201) as fast:
+        try:
+            flooder, other = create_user(admin), create_user(admin)  # each welcomed: an event
+            own = _client(app, flooder)
+            for n in range(8):
+                endpoint = f"{slow.url}/wpush/v2/silent-{n}"
+                subscription = BrowserSubscription.new(endpoint).to_json()
+                _register(own, flooder, platform="webpush", subscription=subscription)
+            browser = BrowserSubscription.new(f"{fast.url}/wpush/v2/other")
+            device = _register(
+                _client(app, other), other, platform="webpush", subscription=browser.to_json()
+            )
+            threads = worker.start(settings, stop)
+
+            def delivered_to_other():
+                return PushDelivery.get_or_none(
+                    (PushDelivery.device == device["id"]) & (PushDelivery.status == "delivered")
+                )
+
+            wait_for(delivered_to_other, "the other owner's welcome")
+            wait_for(lambda: slow.requests, "the flooder's first push in flight")
+            flooders = (
+                PushDelivery.select(PushDelivery.id)
+                .join(Device)
+                .where(Device.user == flooder["id"])
+            )
+            assert PushAttempt.select().where(PushAttempt.delivery.in_(flooders)).count() == 0
+            leased = flooders.where(PushDelivery.leased_until.is_null(False))
+            assert leased.count() == 1
+            assert len(slow.requests) == 1
+            answering.set()
+            wait_for(
+                lambda: flooders.where(PushDelivery.status == "delivered").count() == 8,
+                "the flooder's welcomes, once their service answers",
+            )
+        finally:
+            answering.set()
+            stop.set()
+            for thread in threads:
+                thread.join()

@@ -152,6 +152,37 @@ def test_a_bad_worker_setting_is_refused_naming_the_variable(name, value):
         Settings.from_env({name: value})
 
 
+def test_the_push_settings_come_from_the_environment():
+    assert Settings.from_env({}).webpush_ports == (443,)
+    settings = Settings.from_env(
+        {
+            "PUSH_DEVICES_PER_USER": "5",
+            "WEBPUSH_PORTS": "443, 8443",
+            "WEBPUSH_HOSTS": "Push.Services.Mozilla.com., fcm.googleapis.com",
+        }
+    )
+    assert settings.push_devices_per_user == 5
+    assert settings.webpush_ports == (443, 8443)
+    assert settings.webpush_hosts == ("push.services.mozilla.com", "fcm.googleapis.com")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PUSH_DEVICES_PER_USER", "0"),
+        ("WEBPUSH_PORTS", "0"),
+        ("WEBPUSH_PORTS", "65536"),
+        ("WEBPUSH_PORTS", "https"),
+        ("WEBPUSH_PORTS", ""),
+        ("WEBPUSH_HOSTS", "https://push.services.mozilla.com"),
+        ("WEBPUSH_HOSTS", "*.push.apple.com"),
+    ],
+)
+def test_a_bad_push_setting_is_refused_naming_the_variable(name, value):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: value})
+
+
 def test_forwarded_headers_are_believed_from_no_proxy_unless_named():
     assert Settings.from_env({}).forwarded_allow_ips == ()
     named = Settings.from_env({"FORWARDED_ALLOW_IPS": " 10.0.0.5, 10.1.0.0/16,2001:db8::/32 "})

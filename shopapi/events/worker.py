@@ -28,14 +28,15 @@ from shopapi.telemetry import logs
 log = logging.getLogger("shopapi.worker")
 
 FAN_OUT_BATCH = 100
+DEVICES_PER_USER = Settings.push_devices_per_user  # the setting's default
 
 
-def fan_out(push_deliveries: bool = True) -> int:
+def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_USER) -> int:
     """Create the deliveries of the next batch of new events, webhooks' and (unless not
-    `push_deliveries`) devices', and mark them dispatched, in one transaction. Returns how many
-    events were fanned out."""
+    `push_deliveries`) devices' (to at most `devices_per_user` of each owner's), and mark them
+    dispatched, in one transaction. Returns how many events were fanned out."""
     notifies = push.notifies if push_deliveries else None
-    return len(Delivery.fan_out(FAN_OUT_BATCH, notifies))
+    return len(Delivery.fan_out(FAN_OUT_BATCH, notifies, devices_per_user))
 
 
 def deliver_one(settings: Settings, retries: Retries) -> bool:
@@ -77,10 +78,11 @@ def _log_attempt(message: str, delivery: dict, number: int, outcome, result: str
     log.log(level, message, extra={"fields": fields})
 
 
-def push_one(senders, retries: Retries, timeout: float) -> bool:
-    """Attempt the next due push delivery, if any; returns whether there was one. The lease
-    covers two requests (FCM's may first need an access token)."""
-    delivery = PushDelivery.claim_due(attempt_seconds=2 * timeout)
+def push_one(senders, retries: Retries, timeout: float, per_owner: int = 1) -> bool:
+    """Attempt the next due push delivery, if any, of an owner with fewer than `per_owner`
+    being attempted; returns whether there was one. The lease covers two requests (FCM's may
+    first need an access token)."""
+    delivery = PushDelivery.claim_due(attempt_seconds=2 * timeout, per_owner=per_owner)
     if delivery is None:
         return False
     notification = push.notification_for(delivery.event)
@@ -116,16 +118,18 @@ def _keep_going(name: str, job, stop: threading.Event, idle_seconds: float) -> N
 def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
     """Start the fan-out thread and `webhook_worker_threads` delivery threads (each delivering
     to webhooks and pushing to devices), which run until `stop` (finishing the delivery under
-    way)."""
+    way). One owner's pushes take at most a quarter of the threads (one, when fewer than eight):
+    the rest are left to other owners' while its push services are slow."""
     pushing = settings.push_transport != "none"
     senders = sending.senders(settings)
     retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
     timeout = settings.webhook_timeout_seconds
-    jobs = {"fan-out": lambda: fan_out(pushing) > 0}
+    per_owner = max(1, settings.webhook_worker_threads // 4)
+    jobs = {"fan-out": lambda: fan_out(pushing, settings.push_devices_per_user) > 0}
 
     def deliver() -> bool:
         delivered = deliver_one(settings, retries)
-        pushed = pushing and push_one(senders, retries, timeout)
+        pushed = pushing and push_one(senders, retries, timeout, per_owner)
         return delivered or pushed
 
     for n in range(settings.webhook_worker_threads):

@@ -125,8 +125,18 @@ class Settings:
     # public half, GET /v1/push/vapid-public-key), and the contact the push services see.
     vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.p256_private_key_file)
     vapid_subject: str | None = _setting("VAPID_SUBJECT", parse.vapid_subject)
-    # Accept Web Push endpoints on private addresses, over plain http too (tests, development).
+    # Accept Web Push endpoints on private addresses, over plain http and on any port too
+    # (tests, development).
     webpush_allow_private: bool = _setting("WEBPUSH_ALLOW_PRIVATE", parse.boolean, False)
+    # The ports a Web Push endpoint may name (comma-separated): the push services use 443.
+    webpush_ports: tuple[int, ...] = _setting("WEBPUSH_PORTS", parse.ports, (443,))
+    # When set, the only hosts Web Push endpoints may be at: names, each with its subdomains
+    # (the browsers' services: fcm.googleapis.com,push.services.mozilla.com,push.apple.com,
+    # notify.windows.com).
+    webpush_hosts: tuple[str, ...] = _setting("WEBPUSH_HOSTS", parse.host_names, ())
+    # The devices a user's notifications go to, at most: registering one more retires the one
+    # registered longest ago.
+    push_devices_per_user: int = _setting("PUSH_DEVICES_PER_USER", parse.integer(1, 1000), 20)
     # FCM HTTP v1: the Firebase project's service-account key file, and where FCM answers.
     fcm_service_account: Mapping[str, str] | None = _setting(
         "FCM_SERVICE_ACCOUNT_FILE", parse.service_account

@@ -4,6 +4,7 @@ answers the setting or raises ConfigurationError naming the variable."""
 import ipaddress
 import json
 import pathlib
+import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -184,6 +185,28 @@ def vapid_subject(name: str, raw: str) -> str:
     if not raw.startswith(("mailto:", "https://")) or len(raw) < 10:
         raise ConfigurationError(f"{name} must be a mailto: or https: URL (a contact)")
     return raw
+
+
+def ports(name: str, raw: str) -> tuple[int, ...]:
+    entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
+    if not entries or not all(e.isdigit() and 1 <= int(e) <= 65535 for e in entries):
+        raise ConfigurationError(
+            f"{name} must list port numbers (1 to 65535), comma-separated, not {raw!r}"
+        )
+    return tuple(int(entry) for entry in entries)
+
+
+def host_names(name: str, raw: str) -> tuple[str, ...]:
+    """Comma-separated DNS names, kept in lower case without a trailing dot."""
+    names = tuple(e.strip().lower().rstrip(".") for e in raw.split(",") if e.strip())
+    label = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+    for host in names:
+        if not all(label.fullmatch(part) for part in host.split(".")):
+            raise ConfigurationError(
+                f"{name} must list host names, comma-separated (such as "
+                f"push.services.mozilla.com,fcm.googleapis.com), not {host!r}"
+            )
+    return names
 
 
 def service_account(name: str, raw: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from jose import jwt
 from models import Device
 from shopapi.events import outbound
 from shopapi.events.push import PushNotification
+from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.push.sending import Outcome, answered, b64url, b64url_decode, no_answer
 from shopapi.settings import Settings
 
@@ -52,6 +53,7 @@ class WebPush:
         self._public = public_key(self._pem)
         self._subject = settings.vapid_subject
         self._allow_private = settings.webpush_allow_private
+        self._endpoints = EndpointRule.of(settings)
         self._timeout = settings.webhook_timeout_seconds
 
     def _authorization(self, endpoint: str) -> str:
@@ -65,6 +67,10 @@ class WebPush:
         return f"vapid t={token}, k={self._public}"
 
     def send(self, device: Device, notification: PushNotification) -> Outcome:
+        # Registered before the rule, or a setting, changed: not sent.
+        refusal = self._endpoints.refusal(device.token)
+        if refusal is not None:
+            return Outcome("failed", None, f"not sent: the endpoint {refusal}", 0)
         started = time.monotonic()
         payload = orjson.dumps(notification.webpush_payload())
         headers = {
