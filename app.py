@@ -59,7 +59,7 @@ from shopapi.pipeline.exact_paths import (
     no_merge_slashes,
 )
 from shopapi.pipeline.forwarded import ForwardedHeadersMiddleware, TrustedProxies
-from shopapi.pipeline.idempotency import IdempotencyMiddleware
+from shopapi.pipeline.idempotency import IdempotencyMiddleware, commit_answers_with_changes
 from shopapi.pipeline.limit_counter import LimitCounter, scaled
 from shopapi.pipeline.media_types import MediaTypeMiddleware
 from shopapi.pipeline.observability import ObservabilityMiddleware
@@ -149,6 +149,8 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         )
     problems.register(app, api_specs)
     app.app.teardown_request(close_connection)
+    # After close_connection: a request's transaction ends before its connection goes back.
+    commit_answers_with_changes(app.app)
     app.app.config["CURSOR_SECRET"] = settings.cursor_secret
     app.app.extensions["shopapi.drain"] = drain
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl

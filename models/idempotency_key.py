@@ -80,6 +80,11 @@ class IdempotencyKey(BaseModel):
             )
             if not (expired or abandoned):
                 return None, held
+            unchanged = (cls.id == held.id) & (cls.token == held.token)
+            if not expired:
+                # An answer stored since it was read came with its request's change: it is
+                # replayed, never run again.
+                unchanged &= cls.status.is_null()
             taken = (
                 cls.update(
                     fingerprint=fingerprint,
@@ -90,18 +95,19 @@ class IdempotencyKey(BaseModel):
                     headers=None,
                     body=None,
                 )
-                .where((cls.id == held.id) & (cls.token == held.token))
+                .where(unchanged)
                 .execute()
             )
             if taken:
                 return token, None
-            # Another request took it over first: look again.
+            # Another request took it over, or its answer came, first: look again.
 
     @classmethod
     def answer(
         cls, client: str, key: str, token: str, status: int, headers: str, body: bytes
     ) -> bool:
-        """Store the answer under this claim; False when the claim was lost meanwhile."""
+        """Store the answer under this claim, in the caller's transaction if there is one (the
+        request's, with its change); False when the claim was lost meanwhile."""
         return bool(
             cls.update(status=status, headers=headers, body=body, updated_at=utc_now())
             .where(cls._claimed(client, key, token))
@@ -110,8 +116,10 @@ class IdempotencyKey(BaseModel):
 
     @classmethod
     def release(cls, client: str, key: str, token: str) -> None:
-        """Give the key up, so that a retry runs the request again."""
-        cls.delete().where(cls._claimed(client, key, token)).execute()
+        """Give the key up, so that a retry runs the request again; never once it is answered
+        (the answer committed with the request's change, even when the commit's reply was
+        lost)."""
+        cls.delete().where(cls._claimed(client, key, token) & cls.status.is_null()).execute()
 
     @classmethod
     def purge(cls, lifetime: datetime.timedelta, batch: int) -> int:

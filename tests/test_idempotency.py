@@ -1,7 +1,11 @@
 """Idempotency-Key on POST /users, /products and /orders: a retry replays the first answer byte
 for byte and creates nothing; another request under the same key is 422, one still running 409;
-keys are per client; a 5xx leaves the key free; concurrent retries create one order."""
+keys are per client; a 5xx leaves the key free; concurrent retries create one order; a change
+commits with its answer, so a host killed at any moment or a request outliving its lease is
+still done once."""
 
+import concurrent.futures
+import contextlib
 import datetime
 import json
 import threading
@@ -9,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg2
 import pytest
 from support.breakable_database import breakable
 from support.helpers import (
@@ -18,10 +23,12 @@ from support.helpers import (
     create_product,
     create_user,
     place_order,
+    scalar,
+    wait_for,
 )
-from support.live import live_server
+from support.live import live_server, signalled_server
 
-from models import IdempotencyKey, Product
+from models import Event, IdempotencyKey, Product
 from models.db import database, is_postgresql
 from models.fields import utc_now
 from shopapi.pipeline.idempotency import LEASE, LIFETIME, PURGE_EVERY, fingerprint, fingerprint_key
@@ -395,3 +402,310 @@ def test_a_retry_while_the_handler_waits_on_a_row_lock_is_409(app, client, datab
         assert first.result().status_code == 201
         assert_replayed(http.post("/v1/orders", json=order), first.result())
         assert http.get("/v1/orders").json()["meta"]["total"] == 1
+
+
+# Each store of an answer fails, as if the host had died before it: the statements that set
+# this up and those that end it, for each database.
+_ANSWER_NEVER_STORED = {
+    "sqlite": (
+        [
+            "CREATE TRIGGER answer_never_stored BEFORE UPDATE ON idempotency_key "
+            "WHEN NEW.status IS NOT NULL BEGIN SELECT RAISE(ABORT, 'the host died'); END"
+        ],
+        ["DROP TRIGGER answer_never_stored"],
+    ),
+    "postgresql": (
+        [
+            "CREATE OR REPLACE FUNCTION answer_never_stored() RETURNS trigger "
+            "LANGUAGE plpgsql AS $$ BEGIN IF NEW.status IS NOT NULL THEN "
+            "RAISE EXCEPTION 'the host died'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER answer_never_stored BEFORE UPDATE ON idempotency_key "
+            "FOR EACH ROW EXECUTE FUNCTION answer_never_stored()",
+        ],
+        [
+            "DROP TRIGGER answer_never_stored ON idempotency_key",
+            "DROP FUNCTION answer_never_stored()",
+        ],
+    ),
+}
+
+
+@contextlib.contextmanager
+def _answers_never_stored():
+    set_up, end = _ANSWER_NEVER_STORED["postgresql" if is_postgresql() else "sqlite"]
+    with database.connection_context():
+        for statement in set_up:
+            database.execute_sql(statement)
+    try:
+        yield
+    finally:
+        with database.connection_context():
+            for statement in end:
+                database.execute_sql(statement)
+
+
+def _lease_over() -> None:
+    """The key's claim made older than its lease, as if the lease had passed."""
+    with database.connection_context():
+        old = utc_now() - LEASE - datetime.timedelta(seconds=1)
+        IdempotencyKey.update(claimed_at=old).where(IdempotencyKey.key == KEY).execute()
+
+
+def _events(event_type: str) -> int:
+    with database.connection_context():
+        return Event.select().where(Event.type == event_type).count()
+
+
+@pytest.mark.parametrize("collection", ["users", "products", "orders"])
+def test_a_change_whose_answer_was_never_stored_was_not_made(client, collection):
+    """The host dies between the change and the storing of its answer (here the store fails).
+    The change must not outlive its answer: the client's retry, once the lease is over, makes it
+    once, and its answer is the one kept."""
+    body = {"users": NEW_USER, "products": PRODUCT}.get(collection)
+    if collection == "orders":
+        product = create_product(client, stock=5)
+        item = {"product_id": product["id"], "quantity": 2}
+        body = {"user_id": create_user(client)["id"], "items": [item]}
+    before = total(client, collection)
+    created = f"{collection.removesuffix('s')}.created"
+    events_before = _events(created)
+
+    with _answers_never_stored():
+        client.post(f"/v1/{collection}", json=body, headers=keyed())  # its answer never came
+    _lease_over()
+    retry = client.post(f"/v1/{collection}", json=body, headers=keyed())
+
+    assert retry.status_code == 201, retry.text
+    assert "idempotent-replayed" not in retry.headers
+    assert total(client, collection) == before + 1
+    assert _events(created) == events_before + 1
+    if collection == "orders":
+        assert client.get(f"/v1/products/{product['id']}").json()["stock"] == 3
+    assert_replayed(client.post(f"/v1/{collection}", json=body, headers=keyed()), retry)
+
+
+# The advisory lock the test holds to keep the server's store of an answer waiting.
+ANSWER_GATE = 3030
+ORDERS = 'SELECT count(*) FROM "order"'
+
+
+class AnswerGate:
+    """Each store of an Idempotency-Key's answer waits, inside its UPDATE, until the test opens
+    the gate: a trigger on the key's table waits for an advisory lock the test holds. Straight to
+    PostgreSQL: a session's advisory lock is no use through PgBouncer in transaction mode."""
+
+    def __init__(self, direct_url: str):
+        self.connection = psycopg2.connect(direct_url)
+        self.connection.autocommit = True
+        self._run(
+            "CREATE OR REPLACE FUNCTION answer_gate() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN IF NEW.status IS NOT NULL THEN "
+            f"PERFORM pg_advisory_xact_lock({ANSWER_GATE}); END IF; "
+            "RETURN NEW; END $$"
+        )
+        self._run(
+            "CREATE TRIGGER answer_gate BEFORE UPDATE ON idempotency_key "
+            "FOR EACH ROW EXECUTE FUNCTION answer_gate()"
+        )
+        self._run("SELECT pg_advisory_lock(%s)", ANSWER_GATE)
+
+    def _run(self, statement: str, *params) -> list:
+        cursor = self.connection.cursor()
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+    def waiting(self) -> list[int]:
+        """The server connections whose answer waits at the gate."""
+        rows = self._run(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = 0 AND objid = %s",
+            ANSWER_GATE,
+        )
+        return [pid for (pid,) in rows]
+
+    def open(self) -> None:
+        self._run("SELECT pg_advisory_unlock_all()")
+
+    def cut_off(self, pids: list[int]) -> None:
+        """A dead host's connections die with it: what they had not committed never is."""
+        for pid in pids:
+            self._run("SELECT pg_terminate_backend(%s)", pid)
+
+    def close(self) -> None:
+        self.open()
+        self._run("DROP TRIGGER answer_gate ON idempotency_key")
+        self._run("DROP FUNCTION answer_gate()")
+        self.connection.close()
+
+
+def _committed(direct_url: str) -> tuple[int, int, int]:
+    """The orders, the (one) product's stock and the order.created events, as committed."""
+    return (
+        scalar(direct_url, ORDERS),
+        scalar(direct_url, "SELECT stock FROM product"),
+        scalar(direct_url, "SELECT count(*) FROM event WHERE type = 'order.created'"),
+    )
+
+
+def _waiting_on_a_row(direct_url: str, table: str) -> int:
+    """How many of the server's UPDATEs of `table` wait for another transaction's row lock."""
+    with contextlib.closing(psycopg2.connect(direct_url)) as connection:
+        cursor = connection.cursor()
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND wait_event <> 'advisory' AND query LIKE %s",
+            (f'UPDATE "{table}"%',),
+        )
+        return cursor.fetchone()[0]
+
+
+# A server of the same fingerprint secret as the next one, and a lease a test can wait out.
+SHORT_LEASE = {"CURSOR_SECRET": SECRET.decode(), "IDEMPOTENCY_LEASE_SECONDS": "1"}
+
+
+def _product_and_order(http) -> tuple[dict, dict]:
+    """A product with 5 in stock, and an order for 2 of it."""
+    product = create_product(http, stock=5)
+    item = {"product_id": product["id"], "quantity": 2}
+    return product, {"user_id": create_user(http)["id"], "items": [item]}
+
+
+def _retried(http, order: dict) -> httpx.Response:
+    """The client's retry of the order, sent again while the key is in flight (within the
+    first attempt's lease): the answer it ends with."""
+
+    def answered():
+        retry = http.post("/v1/orders", json=order, headers=keyed())
+        in_flight = retry.status_code == 409 and "still being processed" in retry.text
+        return None if in_flight else retry
+
+    return wait_for(answered, "the first attempt's claim to run out its lease")
+
+
+def _post_to_a_dying_host(base: str, order: dict) -> None:
+    """The first attempt: its host dies before or after answering."""
+    with contextlib.suppress(httpx.TransportError):
+        httpx.post(f"{base}/v1/orders", json=order, headers={**bearer(), **keyed()}, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", ["while storing the answer", "once the order committed"])
+def test_a_host_killed_around_an_orders_answer_places_it_once(
+    app, database_url, direct_database_url, killed
+):
+    """The outside fault run's finding: the order committed, its host killed before the answer
+    was stored, and the client's retry after the lease placed a second order. Whenever the host
+    dies, the retry finds the first answer or nothing done."""
+    if not is_postgresql():
+        pytest.skip(
+            "SQLite runs no waiting trigger: a failing store stands for the crash there, in "
+            "test_a_change_whose_answer_was_never_stored_was_not_made"
+        )
+    with (
+        signalled_server(database_url, **SHORT_LEASE) as (process, base),
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        _, order = _product_and_order(http)
+        gate = AnswerGate(direct_database_url)
+        try:
+            pool.submit(_post_to_a_dying_host, base, order)
+            waiting = wait_for(gate.waiting, "the order's answer to wait at the gate")
+            if killed == "once the order committed":
+                if not scalar(direct_database_url, ORDERS):
+                    gate.open()  # the order waits with its answer: both commit now
+                wait_for(lambda: scalar(direct_database_url, ORDERS), "the order to commit")
+            process.kill()
+            process.wait(timeout=60)
+            gate.cut_off(waiting)
+        finally:
+            gate.close()
+
+    with (
+        live_server(database_url, **SHORT_LEASE) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+    ):
+        retry = _retried(http, order)
+
+    assert retry.status_code == 201, retry.text
+    assert _committed(direct_database_url) == (1, 3, 1)
+    assert retry.json()["id"] == scalar(direct_database_url, 'SELECT id FROM "order"')
+    if killed == "once the order committed":
+        assert retry.headers["idempotent-replayed"] == "true"
+
+
+@contextlib.contextmanager
+def _stock_locked(direct_url: str):
+    """Orders wait on the (one) product's row until the block ends."""
+    connection = psycopg2.connect(direct_url)
+    try:
+        connection.cursor().execute("SELECT 1 FROM product FOR UPDATE")
+        yield
+    finally:
+        connection.rollback()
+        connection.close()
+
+
+@pytest.mark.slow
+def test_a_request_outliving_its_lease_yields_to_the_retry_that_took_its_key(
+    app, database_url, direct_database_url
+):
+    """Held in its handler past its lease, the first attempt finds its key taken over by the
+    retry when it comes to store its answer: it is rolled back (409, in flight), and the retry
+    places the order once."""
+    if not is_postgresql():
+        pytest.skip("SQLite has one write lock: no request can be held in its handler alone")
+    with (
+        live_server(database_url, **SHORT_LEASE) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        _, order = _product_and_order(http)
+        with _stock_locked(direct_database_url):
+            first = pool.submit(http.post, "/v1/orders", json=order, headers=keyed())
+            wait_for(
+                lambda: _waiting_on_a_row(direct_database_url, "product") == 1,
+                "the first attempt to wait for the product's row",
+            )
+            retry = pool.submit(_retried, http, order)
+            wait_for(
+                lambda: _waiting_on_a_row(direct_database_url, "product") == 2,
+                "the retry to take the key over and wait for the row too",
+            )
+        assert "still being processed" in assert_problem(first.result(), 409)["detail"]
+        assert retry.result().status_code == 201, retry.result().text
+        assert "idempotent-replayed" not in retry.result().headers
+        assert_replayed(http.post("/v1/orders", json=order, headers=keyed()), retry.result())
+    assert _committed(direct_database_url) == (1, 3, 1)
+
+
+@pytest.mark.slow
+def test_a_retry_taking_over_a_key_as_its_answer_commits_gets_that_answer(
+    app, database_url, direct_database_url
+):
+    """The first attempt stores its answer just as its lease ends, and the retry, finding the
+    key unanswered, takes it over: the takeover waits for the answer's row, then finds it
+    answered and replays it, and the order is placed once."""
+    if not is_postgresql():
+        pytest.skip("SQLite runs no waiting trigger, and its one write lock orders the two")
+    with (
+        live_server(database_url, **SHORT_LEASE) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        _, order = _product_and_order(http)
+        gate = AnswerGate(direct_database_url)
+        try:
+            first = pool.submit(http.post, "/v1/orders", json=order, headers=keyed())
+            wait_for(gate.waiting, "the first attempt's answer to wait at the gate")
+            retry = pool.submit(_retried, http, order)
+            wait_for(
+                lambda: _waiting_on_a_row(direct_database_url, "idempotency_key"),
+                "the retry's takeover to wait for the key's row",
+            )
+            gate.open()
+            assert first.result().status_code == 201, first.result().text
+            assert_replayed(retry.result(), first.result())
+        finally:
+            gate.close()
+    assert _committed(direct_database_url) == (1, 3, 1)

@@ -1,7 +1,10 @@
 """`Idempotency-Key` on the operations whose spec declares the header: the first answer to a
-client's key is stored for 24 hours and replayed byte for byte (`Idempotent-Replayed: true`)
-without running the handler again. Design: docs/pipeline.md."""
+client's key is committed with the change it reports, kept for 24 hours and replayed byte for
+byte (`Idempotent-Replayed: true`) without running the handler again. Design: docs/pipeline.md."""
 
+import contextlib
+import contextvars
+import dataclasses
 import datetime
 import hashlib
 import hmac
@@ -11,6 +14,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 import anyio.to_thread
+import flask
+import peewee
 from connexion.exceptions import ProblemException
 from connexion.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -89,6 +94,26 @@ async def _in_database(function: Callable, *args):
     return await anyio.to_thread.run_sync(run)
 
 
+@dataclasses.dataclass
+class Claim:
+    """A request's hold on its key, which its Flask thread sees in `current_claim` (the thread
+    runs in a copy of the request's context)."""
+
+    client: str
+    key: str
+    token: str
+    # The answer was committed in the request's transaction, with what the request changed.
+    stored: bool = False
+    # A retry took the key over (after the lease) before the answer could be stored: the
+    # request's transaction was rolled back, and its answer is a 409.
+    lost: bool = False
+
+
+current_claim: contextvars.ContextVar[Claim | None] = contextvars.ContextVar(
+    "idempotency_claim", default=None
+)
+
+
 class IdempotencyMiddleware:
     def __init__(
         self,
@@ -125,15 +150,23 @@ class IdempotencyMiddleware:
                 raise KeyInFlight()
             await _replay(held, send)
             return
+        claim = Claim(caller, key, token)
+        claimed = current_claim.set(claim)
         try:
             start, body_messages = await self._answer(scope, replay_body(body, receive))
         except Exception:
-            await self._release(caller, key, token)
+            await self._release(claim)
             raise
-        if start["status"] >= 500:
-            await self._release(caller, key, token)
+        finally:
+            current_claim.reset(claimed)
+        if claim.stored or claim.lost:
+            pass  # stored with the change, or the key is a retry's now
+        elif start["status"] >= 500:
+            await self._release(claim)
         else:
-            await self._store(caller, key, token, start, body_messages)
+            # A refusal the handler raised: its transaction was rolled back, so there is no
+            # change to store it with, and a crash before this store leaves nothing done.
+            await self._store(claim, start, body_messages)
         await send(start)
         for message in body_messages:
             await send(message)
@@ -167,17 +200,11 @@ class IdempotencyMiddleware:
         start, *rest = messages
         return start, [m for m in rest if m["type"] == "http.response.body"]
 
-    async def _store(
-        self, caller: str, key: str, token: str, start: Message, body_messages: list[Message]
-    ) -> None:
-        headers = json.dumps(
-            [[n.decode("latin-1"), v.decode("latin-1")] for n, v in start["headers"]]
-        )
+    async def _store(self, claim: Claim, start: Message, body_messages: list[Message]) -> None:
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in start["headers"]]
         body = b"".join(m.get("body", b"") for m in body_messages)
         try:
-            stored = await _in_database(
-                IdempotencyKey.answer, caller, key, token, start["status"], headers, body
-            )
+            stored = await _in_database(_store_answer, claim, start["status"], headers, body)
         except Exception as error:
             # The answer is still the client's to have; a retry finds the key in flight until
             # the lease ends.
@@ -186,9 +213,9 @@ class IdempotencyMiddleware:
         if not stored:
             log.warning("an idempotency key was taken over before its answer was stored")
 
-    async def _release(self, caller: str, key: str, token: str) -> None:
+    async def _release(self, claim: Claim) -> None:
         try:
-            await _in_database(IdempotencyKey.release, caller, key, token)
+            await _in_database(IdempotencyKey.release, claim.client, claim.key, claim.token)
         except Exception as error:  # the answer goes out whatever happens to the key
             log.warning("could not release an idempotency key (its lease will): %s", error)
 
@@ -205,3 +232,84 @@ async def _replay(held: IdempotencyKey, send: Send) -> None:
         {"type": "http.response.start", "status": held.status, "headers": [*headers, REPLAYED]}
     )
     await send({"type": "http.response.body", "body": bytes(held.body)})
+
+
+def _store_answer(claim: Claim, status: int, headers: list[tuple[str, str]], body: bytes) -> bool:
+    """Store the answer under the claim; False when a retry took the key over meanwhile."""
+    headers_json = json.dumps([[name, value] for name, value in headers])
+    return IdempotencyKey.answer(claim.client, claim.key, claim.token, status, headers_json, body)
+
+
+# Where a request holding a claim keeps its transaction between the Flask hooks below.
+_TRANSACTION = "idempotency_transaction"
+
+
+class _RolledBack(Exception):
+    """What ends a request's transaction without committing it."""
+
+
+class _RequestTransaction:
+    """A transaction opened in one Flask hook and ended in another: no `with` block spans them."""
+
+    def __init__(self):
+        self._atomic = database.atomic()
+        self._atomic.__enter__()
+
+    def commit(self) -> None:
+        """Commit; when that fails, roll back and raise."""
+        self._atomic.__exit__(None, None, None)
+
+    def roll_back(self) -> None:
+        # On a failed connection the server ends the transaction without committing, and the
+        # request's own error, not this one, is the client's answer.
+        with contextlib.suppress(peewee.OperationalError, peewee.InterfaceError):
+            self._atomic.__exit__(_RolledBack, _RolledBack(), None)
+
+
+def commit_answers_with_changes(flask_app: flask.Flask) -> None:
+    """Run each request that holds a claim in one transaction, which stores its answer before
+    it commits: what the request changed and the answer a retry replays commit together, or
+    neither does, whenever the host dies. The handlers' own transactions become savepoints in
+    it. Flask runs hooks of a kind last registered first, so call it after the hook that hands
+    the request's connection back (the transaction ends first) and before any other
+    after-request hook (the answer stored is the final response)."""
+    flask_app.before_request(_begin)
+    flask_app.after_request(_commit_with_the_answer)
+    flask_app.teardown_request(_roll_back)
+
+
+def _begin() -> None:
+    if current_claim.get() is not None:
+        setattr(flask.g, _TRANSACTION, _RequestTransaction())
+
+
+def _commit_with_the_answer(response: flask.Response) -> flask.Response:
+    transaction = flask.g.pop(_TRANSACTION, None)
+    if transaction is None:
+        return response
+    if response.status_code >= 500:
+        # Not kept, and a retry runs the request again: nothing it did may stay.
+        transaction.roll_back()
+        return response
+    claim = current_claim.get()
+    try:
+        # The status, headers and body as the WSGI bridge hands them on: what a replay sends.
+        content, _, headers = response.get_wsgi_response(flask.request.environ)
+        headers = [(name.lower(), value) for name, value in headers]
+        if not _store_answer(claim, response.status_code, headers, b"".join(content)):
+            claim.lost = True
+            log.warning("a request outlived its idempotency key's lease: rolled back")
+            raise KeyInFlight()
+    except BaseException:
+        transaction.roll_back()
+        raise
+    transaction.commit()
+    claim.stored = True
+    return response
+
+
+def _roll_back(error: BaseException | None) -> None:
+    """A request that raised before its answer was stored: nothing it did is kept."""
+    transaction = flask.g.pop(_TRANSACTION, None)
+    if transaction is not None:
+        transaction.roll_back()

@@ -114,7 +114,7 @@ class Settings:
     # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
     drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
     # An Idempotency-Key claimed by a request that never answered (its server died) is taken
-    # over by a retry after this long; a request running longer could run twice.
+    # over by a retry after this long; a request still running then is rolled back, not run twice.
     idempotency_lease_seconds: int = _setting(
         "IDEMPOTENCY_LEASE_SECONDS", parse.integer(1, 86400), 300
     )
