@@ -1,6 +1,7 @@
 """Each cache a server process keeps stays within its bound whatever the clients do: the verified
-tokens, the rate limits' window ends, the addresses blocked after failed authentication. Why
-each is bounded as it is: bench/results/soak.md and the comment at each bound."""
+tokens, the rate limits' window ends, the addresses blocked after failed authentication, the
+compiled patterns. Why each is bounded as it is: bench/results/soak.md and the comment at each
+bound."""
 
 import asyncio
 import time
@@ -10,6 +11,7 @@ import pytest
 
 from shopapi.auth import tokens as token_module
 from shopapi.auth.tokens import AccessTokens
+from shopapi.contract.patterns import ecma_regex
 from shopapi.pipeline import rate_limits
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests
 from shopapi.settings import Settings
@@ -121,3 +123,15 @@ def test_addresses_blocked_after_failed_authentication_stay_within_the_bound(mon
             await layer(_guess_from("192.0.2.24"), noop_receive, discard)
 
     asyncio.run(guesses())
+
+
+def test_compiled_patterns_are_the_contracts_own_whatever_clients_send(client):
+    def send(n: int) -> None:
+        client.get(f"/v1/products?sort=name{n}%0A&fields=id,name{n}")
+        client.post("/v1/products", json={"sku": f"SKU-{n}\n", "name": f"{n}", "price_cents": 1})
+
+    send(0)  # each pattern of these operations compiled, once
+    compiled = ecma_regex.cache_info().currsize
+    for n in range(1, 30):
+        send(n)
+    assert compiled > 0 and ecma_regex.cache_info().currsize == compiled

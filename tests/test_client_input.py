@@ -7,6 +7,7 @@ held to every operation, parameter or field the served contracts have
 - a NUL in any query or form value is a 400 naming it (PostgreSQL cannot store one);
 - a time outside years 1 to 9999 in UTC, in any body or query filter, is a 400 naming it;
 - a path that is not a route is a 404, never a redirect to a URL built from `Host`;
+- every `pattern` means to the server what it means to a JavaScript client (ECMA-262's RegExp);
 - and a property test: requests built from the contracts' operations, with random bytes,
   random-case media types and random query values, are never answered with a 5xx.
 """
@@ -15,14 +16,20 @@ import base64
 import datetime
 import itertools
 import json
+import os
+import shutil
 import string
+import subprocess
 from urllib.parse import quote, quote_from_bytes
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.contract_walk import operations, pointers_of_format
+from support.contract_walk import patterns as contract_patterns
 from support.helpers import assert_problem, create_user
+
+from shopapi.contract.patterns import ecma_regex
 
 NUL = "must not contain NUL characters"
 
@@ -339,3 +346,74 @@ def test_no_request_built_from_the_contract_is_a_server_error(client):
         assert response.status_code < 500, (method, url, headers, body, response.text)
 
     check()
+
+
+# --- patterns ---------------------------------------------------------------------------------
+
+# Reads lines of [pattern, [value, ...]] and answers each with whether RegExp, as JSON Schema
+# validators in JavaScript build it (the `u` flag), finds the pattern in each value.
+_JAVASCRIPT_TESTS = """
+const lines = require("readline").createInterface({input: process.stdin});
+lines.on("line", (line) => {
+  const [pattern, values] = JSON.parse(line);
+  const regexp = new RegExp(pattern, "u");
+  console.log(JSON.stringify(values.map((value) => regexp.test(value))));
+});
+"""
+
+
+def _near(value: str) -> list[str]:
+    """`value` and what a client might send instead: line ends, other digits, other spaces."""
+    return [
+        value,
+        value + "\n",
+        value + "\r\n",
+        "\n" + value,
+        value + "\u2028",
+        value.replace("1", "\N{ARABIC-INDIC DIGIT ONE}"),
+        value.replace("2", "\N{SUPERSCRIPT TWO}"),
+        value.replace(" ", "\ufeff").replace("a", "\N{LATIN SMALL LETTER A WITH ACUTE}"),
+        value + " ",
+    ]
+
+
+@pytest.mark.slow  # node, and a search of each pattern's values
+def test_every_pattern_means_what_it_means_to_a_javascript_client(client):
+    """JSON Schema's `pattern` is an ECMA-262 regular expression: under Python's `re` a `$`
+    matched before a final newline, so a device token ending in one was taken, and jammed the
+    push worker. Every pattern of the served contracts is held to JavaScript's RegExp, on values
+    that match it and on those values with a line end, a Unicode digit or space added."""
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI"):
+            pytest.fail("node is needed to hold the contracts' patterns to ECMA-262's RegExp")
+        pytest.skip("node is not installed")
+    contracts = [client.get(f"/v{version}/openapi.json").json() for version in (1, 2)]
+    patterns = sorted(set().union(*map(contract_patterns, contracts)))
+    assert len(patterns) > 20  # the contracts' own, and the list language's sort and fields
+    javascript = subprocess.Popen(
+        [node, "-e", _JAVASCRIPT_TESTS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+
+    # Forty values of each pattern, whatever the profile: each example draws one of every
+    # pattern, and the differences between the two readings are in the forms, not in depth.
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def check(data):
+        for pattern in patterns:
+            values = _near(data.draw(st.from_regex(pattern, fullmatch=True), label=pattern))
+            javascript.stdin.write(json.dumps([pattern, values]) + "\n")
+            javascript.stdin.flush()
+            expected = json.loads(javascript.stdout.readline())
+            found = [bool(ecma_regex(pattern).search(value)) for value in values]
+            assert found == expected, (pattern, values)
+
+    try:
+        check()
+    finally:
+        javascript.stdin.close()
+        javascript.wait(timeout=30)

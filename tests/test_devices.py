@@ -302,3 +302,27 @@ def test_concurrent_registrations_of_one_token_answer_as_registrations_in_turn(a
         ]
         assert len(remaining) == 1
         assert remaining[0]["id"] in {a.json()["id"] for a in both if a.status_code == 201}
+
+
+def test_a_token_or_key_with_a_trailing_newline_is_400(client):
+    """The contract's patterns are ECMA-262's, where `$` is the very end: under Python's `re` it
+    also matched before a final newline, and such a token jammed the push worker."""
+    user = create_user(client)
+    devices = f"/v1/users/{user['id']}/devices"
+    browser = BrowserSubscription.new("https://push.example.net/wpush/v2/gAAAAABl-abc").to_json()
+    keys = browser["keys"]
+    for body in (
+        {"platform": "apns", "token": APNS_TOKEN + "\n"},
+        {"platform": "fcm", "token": FCM_TOKEN + "\n"},
+        {
+            "platform": "webpush",
+            "subscription": {**browser, "keys": {**keys, "auth": keys["auth"] + "\n"}},
+        },
+        {
+            "platform": "webpush",
+            "subscription": {**browser, "keys": {**keys, "p256dh": keys["p256dh"] + "\n"}},
+        },
+    ):
+        assert_problem(client.post(devices, json=body), 400)
+    assert client.get(devices).json()["data"] == []
+    assert client.post(devices, json={"platform": "apns", "token": APNS_TOKEN}).status_code == 201

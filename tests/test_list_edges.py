@@ -137,6 +137,8 @@ def test_fields_selects_top_level_fields(client):
         ("active[gt]=true", "active[gt]"),
         ("sort=colour", "sort"),
         ("sort=name,", "sort"),
+        ("sort=name%0A", "sort"),  # the contract's `$` is the very end (ECMA-262), not before "\n"
+        ("fields=name%0A", "fields"),
         ("per_page=500", "per_page"),
         ("cursor=%00", "cursor"),
         ("name=a%00b", "name"),

@@ -106,3 +106,13 @@ def test_a_deleted_products_id_is_never_given_to_another(client):
     assert after["id"] > newest["id"]
     assert client.get(f"/v1/products/{newest['id']}").status_code == 404
     assert client.get(f"/v1/products/{first['id']}").json()["sku"] == first["sku"]
+
+
+def test_a_sku_with_a_trailing_newline_is_400(client):
+    """`^[A-Z0-9-]{3,32}$` is ECMA-262's: `$` is the value's end, not before a final newline."""
+    response = client.post(
+        "/v1/products", json={"sku": "MUG-001\n", "name": "Mug", "price_cents": 1}
+    )
+    body = assert_problem(response, 400)
+    assert [e["pointer"] for e in body["errors"]] == ["/sku"]
+    assert client.get("/v1/products").json()["data"] == []

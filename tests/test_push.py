@@ -454,6 +454,109 @@ def test_apns_expired_provider_token_is_replaced_and_retry_after_as_a_date_is_ke
     assert due >= email.utils.parsedate_to_datetime(busy_until)
 
 
+def test_a_sender_that_raises_records_its_attempts_until_the_delivery_fails(
+    app, client, keys, caplog
+):
+    """Devices the API refuses, written here through the model: an APNs token ending in a
+    newline (httpx refuses the URL) and a Web Push `auth` with one character too many (base64
+    refuses it). Each attempt is kept as the sender's failure and counts, until the delivery
+    fails; the other user's notification goes out all the same, and each failure is logged
+    with its traceback, never echoed to the API."""
+    cert_file, key_file = keys["tls"]
+    with (
+        Http2Service(lambda request: 200, cert_file, key_file) as apns,
+        Service(lambda request: 201) as push_service,
+    ):
+        settings = _apns_settings(
+            keys, apns.url, webhook_max_attempts=3, webhook_retry_base_seconds=0.0
+        )
+        jammer = create_user(client)
+        subscription = BrowserSubscription.new(f"{push_service.url}/wpush/1").to_json()
+        too_long = {**subscription["keys"], "auth": subscription["keys"]["auth"] + "\n"}
+        jams = {
+            "httpx.InvalidURL": Device.register(
+                jammer["id"], "apns", "a" * 64 + "\n", "…a", {}, limit=20
+            ),
+            "binascii.Error": Device.register(
+                jammer["id"], "webpush", subscription["endpoint"], "…1", too_long, limit=20
+            ),
+        }
+        other = create_user(client)
+        fine = _register(_client(app, other), other, platform="apns", token="f" * 64)
+        with caplog.at_level(logging.ERROR, logger="shopapi.worker"):
+            assert _run_worker(settings) == 3 + 3 + 1
+
+    for error, (device, _) in jams.items():
+        [welcome] = _deliveries(client, jammer, {"id": device.id})
+        assert welcome["status"] == "failed"
+        assert [(a["number"], a["response_status"], a["error"]) for a in welcome["attempts"]] == [
+            (n, None, f"the sender failed: {error}") for n in (1, 2, 3)
+        ]
+    assert [d["status"] for d in _deliveries(client, other, fine)] == ["delivered"]
+    assert [r.path for r in apns.requests] == ["/3/device/" + "f" * 64]
+    assert push_service.requests == []
+    failures = [r for r in caplog.records if r.message == "push sender failed"]
+    assert len(failures) == 6 and all(r.exc_info for r in failures)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after"),
+    [
+        (503, "\N{SUPERSCRIPT TWO}"),  # a digit to str.isdigit(), not to float() nor RFC 9110
+        (503, "soon"),
+    ],
+)
+def test_a_retry_after_that_is_no_number_of_seconds_leaves_the_backoff(
+    app_with, keys, status, retry_after
+):
+    """RFC 9110 10.2.3: delay-seconds is ASCII digits. Anything else that is no HTTP-date is
+    ignored: the answer is a retry after the usual backoff."""
+    settings = _settings(keys, webhook_retry_base_seconds=1.0)
+    app = app_with(vapid_private_key=settings.vapid_private_key, webpush_allow_private=True)
+    admin = _client(app)
+    customer = create_user(admin)
+    with Service(lambda request: (status, {"Retry-After": retry_after}, b"")) as service:
+        browser = BrowserSubscription.new(f"{service.url}/wpush/1")
+        device = _register(
+            _client(app, customer), customer, platform="webpush", subscription=browser.to_json()
+        )
+        assert _run_worker(settings) == 1
+
+    [welcome] = _deliveries(admin, customer, device)
+    assert welcome["status"] == "pending"
+    assert [(a["response_status"], a["error"]) for a in welcome["attempts"]] == [
+        (status, str(status))
+    ]
+    due = datetime.datetime.fromisoformat(welcome["next_attempt_at"])
+    # The backoff's first delay is at most the base (1 s) after the attempt was recorded.
+    assert due <= datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+
+
+@pytest.mark.parametrize("zone", ["-0000", "", "GMT"])
+def test_a_retry_after_date_is_read_as_gmt_whatever_its_zone_says(app_with, keys, zone):
+    """RFC 9110 5.6.7: an HTTP-date is GMT. RFC 5322's `-0000` (no zone information) and a date
+    without a zone gave a naive datetime, which the worker could not compare with now."""
+    settings = _settings(keys, webhook_retry_base_seconds=0.0)
+    app = app_with(vapid_private_key=settings.vapid_private_key, webpush_allow_private=True)
+    admin = _client(app)
+    customer = create_user(admin)
+    until = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(
+        minutes=10
+    )
+    retry_after = f"{until.strftime('%a, %d %b %Y %H:%M:%S')} {zone}".strip()
+    with Service(lambda request: (429, {"Retry-After": retry_after}, b"")) as service:
+        browser = BrowserSubscription.new(f"{service.url}/wpush/1")
+        device = _register(
+            _client(app, customer), customer, platform="webpush", subscription=browser.to_json()
+        )
+        assert _run_worker(settings) == 1
+
+    [welcome] = _deliveries(admin, customer, device)
+    assert welcome["status"] == "pending"
+    assert [a["response_status"] for a in welcome["attempts"]] == [429]
+    assert datetime.datetime.fromisoformat(welcome["next_attempt_at"]) >= until
+
+
 def test_push_transport_log_writes_each_notification_and_none_makes_no_deliveries(client, caplog):
     customer = create_user(client)
     client.post(f"/v1/users/{customer['id']}/devices", json={"platform": "fcm", "token": "t"})

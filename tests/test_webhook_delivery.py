@@ -280,6 +280,33 @@ def test_after_its_last_attempt_a_delivery_fails_and_is_not_tried_again(start_wo
     assert _event_ids(receiver.requests) == [first.id] * 3 + [later.id]
 
 
+def test_a_delivery_whose_sending_raises_fails_after_its_attempts_and_others_go_on(
+    start_worker,
+):
+    """A webhook whose secret is no base64 (written through the model: the API makes every
+    secret): signing raises. Each attempt is kept as the sender's failure and counts, and the
+    delivery fails after the last; another webhook's delivery of the same event goes out."""
+    with Receiver(in_turn()) as receiver:
+        broken = Webhook(url=receiver.url, secret="whsec_x")
+        broken.events = ["order.created"]
+        broken.save()
+        healthy = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        worker = start_worker(WEBHOOK_MAX_ATTEMPTS="3")
+        failed = _settled(_delivery_of(event, broken).id, "failed")
+        _settled(_delivery_of(event, healthy).id)
+
+    assert [(a.number, a.response_status, a.error) for a in _attempts(failed)] == [
+        (n, None, "the sender failed: binascii.Error") for n in (1, 2, 3)
+    ]
+    assert _event_ids(receiver.requests) == [event.id]
+    assert worker.stop() == 0
+    logged = worker.log_entries("webhook sender failed")
+    assert len(logged) == 3
+    assert all("Traceback" in entry["error"] for entry in logged)
+    assert {entry["delivery_id"] for entry in logged} == {failed.id}
+
+
 @pytest.mark.slow
 def test_a_redirect_is_not_followed_but_retried(start_worker):
     with Receiver(in_turn(307)) as receiver:

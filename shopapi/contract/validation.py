@@ -8,9 +8,14 @@ from urllib.parse import parse_qsl
 
 from connexion.datastructures import MediaTypeDict
 from connexion.exceptions import BadRequestProblem
-from connexion.json_schema import Draft4RequestValidator
+from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator
 from connexion.utils import is_null, is_nullable
-from connexion.validators import VALIDATOR_MAP, FormDataValidator, JSONRequestBodyValidator
+from connexion.validators import (
+    VALIDATOR_MAP,
+    FormDataValidator,
+    JSONRequestBodyValidator,
+    JSONResponseBodyValidator,
+)
 from connexion.validators import ParameterValidator as ConnexionParameterValidator
 from jsonschema import Draft4Validator, ValidationError
 from jsonschema.exceptions import best_match
@@ -18,6 +23,7 @@ from jsonschema.validators import extend
 
 from shopapi.auth.oauth import OAuthError
 from shopapi.contract.formats import FORMAT_CHECKER
+from shopapi.contract.patterns import ecma_regex
 from shopapi.contract.per_definition import PerDefinition
 from shopapi.web.problems import ValidationProblem
 
@@ -27,14 +33,32 @@ def _refuse_read_only(validator, read_only, instance, schema):
         yield ValidationError("is read-only and cannot be sent")
 
 
-_BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only})
+def _ecma_pattern(validator, pattern, instance, schema):
+    """`pattern` as ECMA-262 reads it, as the contract means it (jsonschema's uses Python's
+    reading, where `^[0-9a-f]{64}$` takes a token ending in a newline)."""
+    if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_PATTERN = {"pattern": _ecma_pattern}
+_BodySchemaValidator = extend(Draft4RequestValidator, {"readOnly": _refuse_read_only, **_PATTERN})
+_ParameterSchemaValidator = extend(Draft4Validator, _PATTERN)
+_FormSchemaValidator = extend(Draft4RequestValidator, _PATTERN)
+_ResponseSchemaValidator = extend(Draft4ResponseValidator, _PATTERN)
 
 # Each schema's validator, compiled once (Connexion compiles one for every request).
 _body_validator = PerDefinition(
     lambda schema: _BodySchemaValidator(schema, format_checker=FORMAT_CHECKER)
 )
 _parameter_validator = PerDefinition(
-    lambda schema: Draft4Validator(schema, format_checker=FORMAT_CHECKER)
+    lambda schema: _ParameterSchemaValidator(schema, format_checker=FORMAT_CHECKER)
+)
+# Forms and responses keep Connexion's formats; only their patterns are read otherwise.
+_form_validator = PerDefinition(
+    lambda schema: _FormSchemaValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+)
+_response_validator = PerDefinition(
+    lambda schema: _ResponseSchemaValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
 )
 
 
@@ -315,6 +339,10 @@ class FormValidator(FormDataValidator):
     only where the schema says so: a token endpoint must ignore parameters it does not know
     (RFC 6749 3.2)."""
 
+    @property
+    def _validator(self):
+        return _form_validator(self._schema)
+
     def _validate(self, body):
         if self._strict_validation and self._schema.get("additionalProperties") is False:
             self._validate_params_strictly(body)
@@ -339,6 +367,14 @@ def _check_grant_type(schema: dict, body: dict) -> None:
         raise OAuthError("unsupported_grant_type", f"Grant types: {', '.join(grant_types)}.")
 
 
+class ResponseBodyValidator(JSONResponseBodyValidator):
+    """Responses (VALIDATE_RESPONSES) held to the contract's patterns as requests are."""
+
+    @property
+    def validator(self):
+        return _response_validator(self._schema)
+
+
 validator_map = {
     **VALIDATOR_MAP,
     "parameter": ParameterValidator,
@@ -349,4 +385,5 @@ validator_map = {
             "application/x-www-form-urlencoded": FormValidator,
         }
     ),
+    "response": MediaTypeDict({**VALIDATOR_MAP["response"], "*/*json": ResponseBodyValidator}),
 }

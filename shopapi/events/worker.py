@@ -7,6 +7,9 @@ import logging
 import signal
 import sys
 import threading
+import time
+
+from peewee import InterfaceError, OperationalError
 
 from models import (
     Delivery,
@@ -29,6 +32,8 @@ log = logging.getLogger("shopapi.worker")
 
 FAN_OUT_BATCH = 100
 DEVICES_PER_USER = Settings.push_devices_per_user  # the setting's default
+# The database lost while sending is no attempt: the job's loop waits and tries again.
+LOST_DATABASE = (OperationalError, InterfaceError)
 
 
 def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_USER) -> int:
@@ -44,24 +49,43 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
     delivery = Delivery.claim_due(attempt_seconds=settings.webhook_timeout_seconds)
     if delivery is None:
         return False
-    reason = delivery.webhook.withheld(delivery.event)
-    if reason is None:
-        outcome = webhook_delivery.post(delivery.webhook, delivery.event, settings)
-        verdict = None
-    else:
-        # Not attempted: failed, with the reason kept where the receiver's answer would be.
-        outcome = Outcome(status=None, error=f"not sent: {reason}", duration_ms=0)
-        verdict = "withheld"
-    number, result = delivery.record(
-        outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
-    )
     delivered_to = {
         "delivery_id": delivery.id,
         "event_id": delivery.event_id,
         "webhook_id": delivery.webhook_id,
     }
+    started = time.monotonic()
+    verdict = None
+    try:
+        reason = delivery.webhook.withheld(delivery.event)
+        if reason is None:
+            outcome = webhook_delivery.post(delivery.webhook, delivery.event, settings)
+        else:
+            # Not attempted: failed, with the reason kept where the receiver's answer would be.
+            outcome = Outcome(status=None, error=f"not sent: {reason}", duration_ms=0)
+            verdict = "withheld"
+    except LOST_DATABASE:
+        raise
+    except Exception as error:
+        failure = _sender_failed("webhook sender failed", delivered_to, error)
+        outcome = Outcome(status=None, error=failure, duration_ms=sending.since(started))
+    number, result = delivery.record(
+        outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
+    )
     _log_attempt("webhook delivery attempt", delivered_to, number, outcome, result)
     return True
+
+
+def _sender_failed(message: str, delivery: dict, error: Exception) -> str:
+    """Log what a sender raised, with its traceback, and say what the attempt keeps: the kind
+    of failure only (its message may quote a token or a key, and attempts are shown through
+    the API). Kept as an attempt that failed, it counts towards the last one: a value that
+    always makes its sender raise cannot have its delivery claimed again for ever."""
+    log.exception(message, extra={"fields": delivery})
+    kind = type(error)
+    package = kind.__module__.partition(".")[0]
+    name = kind.__qualname__ if package == "builtins" else f"{package}.{kind.__qualname__}"
+    return f"the sender failed: {name}"
 
 
 def _log_attempt(message: str, delivery: dict, number: int, outcome, result: str) -> None:
@@ -85,17 +109,24 @@ def push_one(senders, retries: Retries, timeout: float, per_owner: int = 1) -> b
     delivery = PushDelivery.claim_due(attempt_seconds=2 * timeout, per_owner=per_owner)
     if delivery is None:
         return False
-    notification = push.notification_for(delivery.event)
-    outcome = senders.send(delivery.device, notification)
-    number, verdict = delivery.record(
-        outcome.recorded, outcome.verdict, retries, outcome.retry_after
-    )
     delivered_to = {
         "push_delivery_id": delivery.id,
         "event_id": delivery.event_id,
         "device_id": delivery.device_id,
         "platform": delivery.device.platform,
     }
+    started = time.monotonic()
+    try:
+        notification = push.notification_for(delivery.event)
+        outcome = senders.send(delivery.device, notification)
+    except LOST_DATABASE:
+        raise
+    except Exception as error:
+        failure = _sender_failed("push sender failed", delivered_to, error)
+        outcome = sending.Outcome("retry", None, failure, sending.since(started))
+    number, verdict = delivery.record(
+        outcome.recorded, outcome.verdict, retries, outcome.retry_after
+    )
     _log_attempt("push delivery attempt", delivered_to, number, outcome, verdict)
     return True
 

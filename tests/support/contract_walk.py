@@ -114,3 +114,13 @@ def pointers_of_format(schema: dict, resolve: Resolver, fmt: str, path: str = ""
     if "items" in schema:
         found += pointers_of_format(schema["items"], resolve, fmt, f"{path}/0")
     return found
+
+
+def patterns(node) -> set[str]:
+    """Every `pattern` in `node` (a contract, or any part of one)."""
+    if isinstance(node, dict):
+        found = {node["pattern"]} if isinstance(node.get("pattern"), str) else set()
+        return found.union(*map(patterns, node.values()))
+    if isinstance(node, list):
+        return set().union(*map(patterns, node))
+    return set()

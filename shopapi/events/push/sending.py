@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import email.utils
 import logging
+import re
 import time
 
 from models import Device
@@ -16,6 +17,7 @@ log = logging.getLogger("shopapi.push")
 
 # A Retry-After longer than this is taken as this: the delivery is retried, not parked for days.
 MAX_RETRY_AFTER_SECONDS = 3600
+_DELAY_SECONDS = re.compile("[0-9]+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,17 +74,22 @@ def answered(
 
 
 def _seconds(retry_after: str | None) -> float | None:
-    """RFC 9110's Retry-After: seconds, or an HTTP date; None when absent or unreadable."""
+    """RFC 9110 10.2.3's Retry-After: delay-seconds (ASCII digits: `str.isdigit` also takes
+    `²`, which `float` refuses), or an HTTP date; None when absent or unreadable."""
     if not retry_after:
         return None
     retry_after = retry_after.strip()
-    if retry_after.isdigit():
+    if _DELAY_SECONDS.fullmatch(retry_after):
         return min(float(retry_after), MAX_RETRY_AFTER_SECONDS)
     try:
         when = email.utils.parsedate_to_datetime(retry_after)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:
+            # An HTTP date is GMT (RFC 9110 5.6.7); email.utils leaves `-0000` and a date
+            # without a zone naive.
+            when = when.replace(tzinfo=datetime.UTC)
+        left = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    left = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
     return min(max(left, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
