@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import ClassVar
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
@@ -31,6 +32,25 @@ BUSY_RETRY_AFTER_SECONDS = 1
 
 class _Refused(Exception):
     """The parser is stopped: the request was answered with this status."""
+
+
+class _Parser:
+    """httptools' parser, raising a refusal of ours as itself. httptools hands a callback's
+    exception back wrapped in its own error, which uvicorn would log as an invalid request."""
+
+    def __init__(self, parser: httptools.HttpRequestParser):
+        self._parser = parser
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            if isinstance(error.__context__, _Refused):
+                raise error.__context__ from None
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._parser, name)
 
 
 class BodiesInFlight:
@@ -71,6 +91,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
+        self.parser = _Parser(self.parser)
         settings = _settings()
         self.body_timeout = settings.request_body_timeout_seconds
         self.max_body_bytes = settings.max_body_bytes  # the app answers 413 beyond
@@ -103,7 +124,7 @@ class HttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         try:
             super().data_received(data)
-        except _Refused:  # if the parser hands back our own exception rather than its error
+        except _Refused:  # the request was answered, the connection is closing
             return
         if self._reading_head and not self.transport.is_closing():
             # At most one read beyond the limit is ever held: the parser's buffers stay small.
