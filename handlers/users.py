@@ -3,7 +3,7 @@
 Without the `admin` scope a caller reaches only its own record; any other is 404, as if absent.
 
 Deleting a user, or changing their password, email or role, revokes every token they were
-issued (models/revocation.py), in the change's transaction. Changing one's own password or
+issued: the model's rule (models/user.py, models/revocation.py). Changing one's own password or
 email takes the current password (`current_password`), so that a stolen token cannot take the
 account over; an admin changing someone else's does not.
 """
@@ -15,7 +15,7 @@ import hmac
 import peewee
 from connexion.exceptions import Forbidden, ProblemException
 
-from models import Revocation, User
+from models import User
 from models.db import database
 from models.passwords import hash_password
 from models.user import normalised_email
@@ -81,9 +81,7 @@ def update_user(id, body):
 
 def delete_user(id):
     with database.atomic():
-        user = _changeable(id)
-        Revocation.record(user)
-        user.delete_without_orders()  # a Conflict rolls the revocation back with it
+        _changeable(id).delete_without_orders()
 
 
 class CurrentPasswordProblem(ProblemException):
@@ -108,9 +106,10 @@ class _Proof:
 
 def _change(id: int, body: dict, apply) -> dict:
     """Change user `id` by `apply(user, fields)`, in one transaction with the user locked: the
-    checks (If-Match, role, current password), the change, and the revocation if it changes the
-    password, email or role. The slow part (scrypt, for the current password and the new one)
-    is done before the lock is taken. A change that changes nothing saves nothing."""
+    checks (If-Match, role, current password) and the change (which revokes, if it changes the
+    password, email or role: the model's rule). The slow part (scrypt, for the current password
+    and the new one) is done before the lock is taken. A change that changes nothing saves
+    nothing."""
     self_service = current_principal().user_id == id
     proof = _early_proof(id, body) if self_service else None
     restated = _restated_password(id, body, proof)
@@ -123,15 +122,13 @@ def _change(id: int, body: dict, apply) -> dict:
         _check_role_change(body, user)
         if self_service and _changes_credentials(body, user):
             proof = _checked_current_password(body, user, proof)
-        before = (user.email, user.role)
+        email_before = user.email
         changed = apply(user, fields)
         sets_password = "password" in body and not _still_the_password(restated, user)
         if sets_password:
             user.password_hash = new_hash or hash_password(body["password"])
-        if sets_password or (user.email, user.role) != before:
-            Revocation.record(user)
         if changed or sets_password:
-            with _limited_if_email_taken(user, before[0]):
+            with _limited_if_email_taken(user, email_before):
                 user.save()
     return represent(user)
 

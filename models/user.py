@@ -80,11 +80,32 @@ class User(BaseModel):
         return super()._set(name, normalised_email(value) if name == "email" else value)
 
     def save(self, *args, **kwargs):
+        """Save; a change of password, email or role revokes everything the user was issued, in
+        the same transaction, whoever makes it (the API, a seed, an admin's command)."""
         # Emails are unique regardless of case, so they are kept in one case.
         self.email = normalised_email(self.email)
-        return super().save(*args, **kwargs)
+        if self._pk is None:
+            return super().save(*args, **kwargs)
+        with self._meta.database.atomic():
+            stored = User.get_for_update(self.id)
+            saved = super().save(*args, **kwargs)
+            credentials = ("email", "role", "password_hash")
+            if any(getattr(stored, name) != getattr(self, name) for name in credentials):
+                _revocation().record(self)
+        return saved
 
     def delete_without_orders(self) -> None:
-        if self.orders.exists():
-            raise Conflict(f"User {self.id} has orders and cannot be deleted.")
-        self.delete_instance()
+        """Delete the user, with everything they were issued revoked; Conflict while they have
+        orders."""
+        with self._meta.database.atomic():
+            if self.orders.exists():
+                raise Conflict(f"User {self.id} has orders and cannot be deleted.")
+            _revocation().record(self)
+            self.delete_instance()
+
+
+def _revocation():
+    # models/revocation.py refers to users: imported when a user changes, not when this loads.
+    from models.revocation import Revocation
+
+    return Revocation

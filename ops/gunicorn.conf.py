@@ -24,8 +24,10 @@ log = logging.getLogger("gunicorn.error")
 bind = [os.environ.get("BIND", "127.0.0.1:8000")]
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # uvicorn's worker, speaking uvicorn's httptools protocol with limits on a request's head (32 KiB,
-# 100 fields, 10 s to arrive; shopapi/pipeline/http_server.py). gunicorn's limit_request_line,
-# limit_request_fields and limit_request_field_size would not apply: uvicorn parses requests.
+# 100 fields, 10 s to arrive) and body (REQUEST_BODY_TIMEOUT_SECONDS to arrive,
+# REQUEST_BODIES_IN_FLIGHT_MAX_BYTES at once per worker; shopapi/pipeline/http_server.py).
+# gunicorn's limit_request_line, limit_request_fields and limit_request_field_size would not
+# apply: uvicorn parses requests.
 worker_class = "shopapi.pipeline.http_server.UvicornWorker"
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.

@@ -1,18 +1,24 @@
-"""A request's head is limited where uvicorn's own protocol does not
-(shopapi/pipeline/http_server.py): its size, its number of fields and the time it takes to arrive;
-the servers `make serve`, `make serve-prod` and the tests start all speak that protocol."""
+"""A request is limited where uvicorn's own protocol does not (shopapi/pipeline/http_server.py):
+its head's size, number of fields and time to arrive; its body's time to arrive, and the bytes of
+bodies a process receives at once. The servers `make serve`, `make serve-prod` and the tests
+start all speak that protocol."""
 
 import concurrent.futures
 import contextlib
 import http
+import itertools
 import json
 import re
 import shlex
 import socket
 import time
 
+import httpx
 import pytest
+from support.helpers import bearer, wait_for
 from support.live import ROOT, SERVE_OPTIONS, live_server
+from support.metrics_text import sample_sum
+from support.raw_http import connect, parse, post_head, problem_of, read_response, trickle
 
 from models.db import open_database
 from models.migrations import migrate
@@ -33,13 +39,38 @@ def test_the_servers_the_tests_start_run_as_make_serve_does():
     assert 'forwarded_allow_ips = ""' in gunicorn_conf
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def _migrated_sqlite(tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('http-limits')}/shopapi.db"
     db = open_database(url)
     migrate(db)
     db.close()
-    with live_server(url) as base:
+    return url
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with live_server(_migrated_sqlite(tmp_path_factory)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def hurried(tmp_path_factory):
+    """A server giving a body 2 s to arrive."""
+    url = _migrated_sqlite(tmp_path_factory)
+    with live_server(url, REQUEST_BODY_TIMEOUT_SECONDS="2") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    """A server receiving at most 3 MiB of bodies at once, and giving each all the time a test
+    needs."""
+    url = _migrated_sqlite(tmp_path_factory)
+    with live_server(
+        url,
+        REQUEST_BODIES_IN_FLIGHT_MAX_BYTES=str(3 * MIB),
+        REQUEST_BODY_TIMEOUT_SECONDS="3600",
+    ) as base:
         yield base
 
 
@@ -120,3 +151,136 @@ def test_a_head_that_does_not_arrive_in_time_is_given_up(base):
     status, took = nothing.result()
     assert status == b""
     assert took < http_server.HEAD_TIMEOUT_SECONDS + 30
+
+
+MIB = 1024 * 1024
+JSON = b"application/json"
+FORM = b"application/x-www-form-urlencoded"
+
+
+def _authorization() -> bytes:
+    return b"Authorization: " + bearer()["Authorization"].encode()
+
+
+def _product(sku: str) -> bytes:
+    return json.dumps({"sku": sku, "name": "Slow", "price_cents": 100, "stock": 1}).encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _given_up_on(base: str, head: bytes, pieces) -> bytes:
+    """`head`, then `pieces` one at a time: the answer once the server closes."""
+    with connect(base) as connection:
+        connection.sendall(head)
+        return trickle(connection, pieces)
+
+
+def test_a_body_that_does_not_arrive_in_time_is_given_up(hurried):
+    # A byte every half second, never the whole body: each would do for an idle timeout, but the
+    # body has REQUEST_BODY_TIMEOUT_SECONDS (2 s here) in all, then 408 and the connection closed.
+    # Announced, chunked, and to the token endpoint, which anyone may call; side by side.
+    product = _product("SLOW-1")
+    announced = post_head("/v1/products", JSON, _authorization(), length=len(product) + 1000)
+    chunked = post_head("/v1/products", JSON, _authorization())
+    token = post_head("/v1/oauth/token", FORM, length=1000)
+    cases = [
+        (announced, itertools.chain([product], itertools.repeat(b" "))),
+        (chunked, itertools.chain([_chunk(product)], itertools.repeat(_chunk(b" ")))),
+        (token, itertools.chain([b"grant_type=password&password="], itertools.repeat(b"a"))),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        answers = list(pool.map(lambda case: _given_up_on(hurried, *case), cases))
+    for answer in answers:
+        assert problem_of(answer, 408) == {
+            "type": "about:blank",
+            "title": "Request Timeout",
+            "status": 408,
+            "detail": "The request's body took too long to arrive.",
+        }
+
+
+def test_a_slow_body_within_the_time_is_served_and_its_connection_kept(base):
+    product = _product("SLOW-2")
+    with connect(base) as connection:
+        connection.sendall(post_head("/v1/products", JSON, _authorization(), length=len(product)))
+        for start in range(0, len(product), 16):
+            connection.sendall(product[start : start + 16])
+            time.sleep(0.1)  # the slowness under test
+        status, headers, body = parse(read_response(connection))
+        assert status == b"HTTP/1.1 201 Created", body
+        # The same connection takes the next request.
+        location = headers["location"].encode()
+        connection.sendall(b"GET " + location + b" HTTP/1.1\r\nHost: shop\r\n")
+        connection.sendall(_authorization() + b"\r\n\r\n")
+        status, _, body = parse(read_response(connection))
+        assert status == b"HTTP/1.1 200 OK"
+        assert json.loads(body)["sku"] == "SLOW-2"
+
+
+def test_bodies_in_flight_are_bounded_and_other_requests_still_served(bounded):
+    # A request with a small body, refused at once whenever it is let in (no grant of that name).
+    form = b"grant_type=none"
+    login = post_head("/v1/oauth/token", FORM, b"Connection: close", length=len(form)) + form
+
+    def answer_to_login(refused: bool) -> bytes | None:
+        with connect(bounded) as connection:
+            connection.sendall(login)
+            answer = trickle(connection, ())
+        return answer if parse(answer)[0].startswith(b"HTTP/1.1 503 ") == refused else None
+
+    # Three bodies of 1 MiB announced, half of each sent: the 3 MiB bound is taken.
+    held = [connect(bounded) for _ in range(3)]
+    try:
+        for connection in held:
+            connection.sendall(post_head("/v1/products", JSON, _authorization(), length=MIB))
+            connection.sendall(b" " * (MIB // 2))
+        # The next body is refused before it is read, and says when to try again.
+        answer = wait_for(lambda: answer_to_login(refused=True), "a body refused at the bound")
+        assert problem_of(answer, 503)["detail"] == (
+            "The server is receiving too many request bodies at once."
+        )
+        assert parse(answer)[1]["retry-after"] == "1"
+        # A request without a body is served meanwhile.
+        assert httpx.get(f"{bounded}/v1/openapi.json").status_code == 200
+        # A body given up by its client makes room for the next one.
+        held.pop().close()
+        answer = wait_for(lambda: answer_to_login(refused=False), "a body let in again")
+        assert parse(answer)[0] == b"HTTP/1.1 400 Bad Request", answer
+    finally:
+        for connection in held:
+            connection.close()
+
+
+def _requests_counted(base: str, **labels) -> float:
+    scrape = httpx.get(f"{base}/metrics", headers=bearer())
+    return sample_sum(scrape.text, "http_requests_total", operation="create_product", **labels)
+
+
+def _products_listed(base: str, sku: str) -> list:
+    return httpx.get(f"{base}/v1/products?sku={sku}", headers=bearer()).json()["data"]
+
+
+def test_a_body_cut_off_is_not_acted_on(app, database_url):
+    # A product's JSON whole, then spaces, which JSON allows after it: a body cut off there
+    # would still parse. Chunked, it has no length to be found short by. It is not created,
+    # whether its client or the timeout cut it off; the request log and metrics say 408, as the
+    # client of the timeout is told, and no 500.
+    with live_server(database_url, REQUEST_BODY_TIMEOUT_SECONDS="2") as base:
+        head = post_head("/v1/products", JSON, _authorization(), b"Expect: 100-continue")
+        with connect(base) as connection:
+            connection.sendall(head)
+            # The app is waiting for the body: what comes next reaches it.
+            assert connection.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            connection.sendall(_chunk(_product("CUT-1") + b" "))
+        wait_for(lambda: _requests_counted(base) == 1, "the cut-off request to end")
+        assert _products_listed(base, "CUT-1") == []
+        assert _requests_counted(base, status="408") == 1
+
+        head = post_head("/v1/products", JSON, _authorization())
+        pieces = itertools.chain([_chunk(_product("CUT-2"))], itertools.repeat(_chunk(b" ")))
+        problem_of(_given_up_on(base, head, pieces), 408)
+        wait_for(lambda: _requests_counted(base) == 2, "the timed-out request to end")
+        assert _products_listed(base, "CUT-2") == []
+        assert _requests_counted(base, status="408") == 2

@@ -1,14 +1,17 @@
 """The production server (gunicorn with uvicorn workers, ops/gunicorn.conf.py): several workers
 answer, and /metrics, on the API with its token and on the separate METRICS_BIND listener, adds
-up what every worker counted; and a run leaves nothing behind it."""
+up what every worker counted; its workers give up on a body that does not arrive in time; and a
+run leaves nothing behind it."""
 
 import concurrent.futures
+import itertools
 
 import httpx
 import pytest
 from support.helpers import bearer
 from support.live import free_port, production_server
 from support.metrics_text import sample_sum
+from support.raw_http import connect, post_head, problem_of, trickle
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +52,20 @@ def test_workers_share_one_metrics_view(app, database_url, tmp_path):
             )
     # The operator's directory is theirs: left as it is.
     assert list(metrics_dir.glob("counter_*.db"))
+
+
+def test_a_body_that_does_not_arrive_in_time_is_given_up(app, database_url):
+    # The workers speak the protocol `make serve` does, with its settings from the environment.
+    with (
+        production_server(
+            database_url, WEB_CONCURRENCY="1", REQUEST_BODY_TIMEOUT_SECONDS="2"
+        ) as base,
+        connect(base) as connection,
+    ):
+        form = b"application/x-www-form-urlencoded"
+        connection.sendall(post_head("/v1/oauth/token", form, length=1000))
+        answer = trickle(connection, itertools.repeat(b"a"))
+    assert problem_of(answer, 408)["detail"] == "The request's body took too long to arrive."
 
 
 def test_a_run_leaves_nothing_in_the_temporary_directory_or_the_home(app, database_url, tmp_path):

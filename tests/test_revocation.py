@@ -386,3 +386,45 @@ def test_the_current_password_is_not_needed_for_anything_else_and_restating_it_k
     assert anonymous.put(url, json=same, headers=_as(login)).status_code == 200
     assert _works(anonymous, login)
     assert _refresh(anonymous, login["refresh_token"]).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda user: setattr(user, "password", "another horse"),
+        lambda user: setattr(user, "email", "elsewhere@example.com"),
+        lambda user: setattr(user, "role", "partner"),
+    ],
+    ids=["password", "email", "role"],
+)
+def test_a_change_made_outside_the_api_revokes_too(client, anonymous, change):
+    """The rule is the model's: an admin command, a seed or an import that changes a user's
+    credentials through models/user.py revokes what the user was issued, as the API does."""
+    user = create_user(client)
+    login = _login(anonymous, user)
+    other = _login(anonymous, create_user(client))
+    with database.connection_context():
+        stored = User.get_by_id(user["id"])
+        change(stored)
+        stored.save()
+    _assert_revoked(anonymous.get("/v1/products", headers=_as(login)))
+    assert _works(anonymous, other)
+    assert _refresh(anonymous, login["refresh_token"]).status_code == 400
+
+
+def test_a_user_deleted_outside_the_api_has_their_tokens_revoked(client, anonymous):
+    user = create_user(client)
+    login = _login(anonymous, user)
+    with database.connection_context():
+        User.get_by_id(user["id"]).delete_without_orders()
+    _assert_revoked(anonymous.get("/v1/products", headers=_as(login)))
+
+
+def test_a_change_of_name_outside_the_api_revokes_nothing(client, anonymous):
+    user = create_user(client)
+    login = _login(anonymous, user)
+    with database.connection_context():
+        stored = User.get_by_id(user["id"])
+        stored.name = "Someone else"
+        stored.save()
+    assert _works(anonymous, login)

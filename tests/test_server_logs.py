@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from support.live import (
@@ -19,6 +20,7 @@ from support.live import (
     uvicorn_command,
     wait_until_up,
 )
+from support.raw_http import connect, trickle
 
 from models.db import open_database
 from models.migrations import migrate
@@ -46,19 +48,26 @@ def server_env(tmp_path_factory) -> dict:
 
 
 def _lines_of_a_run(
-    command: list[str], port: int, env: dict, output: pathlib.Path, workers: int = 1
+    command: list[str],
+    port: int,
+    env: dict,
+    output: pathlib.Path,
+    workers: int = 1,
+    meanwhile: Callable[[str], None] = lambda base: None,
 ) -> list[str]:
-    """Start `command`, wait until it serves on `port` with all its `workers` started, stop it
-    (SIGTERM); the lines it wrote, stdout and stderr."""
+    """Start `command`, wait until it serves on `port` with all its `workers` started, call
+    `meanwhile` with its base URL, stop it (SIGTERM); the lines it wrote, stdout and stderr."""
     with output.open("w") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_until_up(f"http://127.0.0.1:{port}", process)
+            base = f"http://127.0.0.1:{port}"
+            wait_until_up(base, process)
             # The first worker answers while the others may still be starting.
             deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
             while output.read_text().count("Application startup complete") < workers:
                 assert process.poll() is None and time.monotonic() < deadline, "workers stuck"
                 time.sleep(0.1)
+            meanwhile(base)
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -77,12 +86,20 @@ def _entries(lines: list[str]) -> list[dict]:
     return entries
 
 
+def _refused_by_the_protocol(base: str) -> None:
+    """A request the server's protocol answers itself (414), before the app sees it."""
+    with connect(base) as connection:
+        target = b"/v1/products?q=" + b"a" * 20_000
+        connection.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: shop\r\n\r\n")
+        assert trickle(connection, ()).startswith(b"HTTP/1.1 414 ")
+
+
 @pytest.fixture(scope="module")
 def uvicorn_lines(server_env, tmp_path_factory) -> list[str]:
     port = free_port()
     command = uvicorn_command(port)
     output = tmp_path_factory.mktemp("uvicorn") / "output"
-    return _lines_of_a_run(command, port, server_env, output)
+    return _lines_of_a_run(command, port, server_env, output, meanwhile=_refused_by_the_protocol)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +129,11 @@ def test_uvicorn_warns_once_of_each_generated_secret(uvicorn_lines):
         (warning,) = _warnings_of(entries, f"{name} is not set")
         assert warning["logger"] == "shopapi.settings"
     assert not [line for line in uvicorn_lines if "deprecated" in line.lower()]
+
+
+def test_a_request_the_protocol_refuses_is_not_logged_as_an_invalid_one(uvicorn_lines):
+    # Its answer says what it was; uvicorn's "Invalid HTTP request received." would not.
+    assert not [line for line in uvicorn_lines if "Invalid HTTP request" in line]
 
 
 def test_gunicorn_writes_json_lines_only(gunicorn_lines):

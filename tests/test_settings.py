@@ -42,6 +42,10 @@ def test_values_come_from_the_environment():
         ("OAUTH_TRUSTED_ISSUERS", "https://idp.example.com"),
         ("OAUTH_TRUSTED_ISSUERS", '{"https://idp.example.com": 1}'),
         ("ADMIN_EMAIL", "root@example.com"),
+        ("REQUEST_BODY_TIMEOUT_SECONDS", "0"),
+        ("REQUEST_BODY_TIMEOUT_SECONDS", "soon"),
+        ("REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", "1000"),
+        ("REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", "lots"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(name, value):

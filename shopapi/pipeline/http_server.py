@@ -1,14 +1,20 @@
 """The HTTP/1.1 protocol `make serve` and ops/gunicorn.conf.py speak: uvicorn's httptools one,
-with the limits on a request's head it lacks (414, 431 and 408, as problem+json, the connection
-closed). Design: docs/pipeline.md."""
+with the limits on a request it lacks: its head's size and time (414, 431, 408), its body's time
+(408) and the bodies a process receives at once (503); as problem+json, the connection closed.
+Design: docs/pipeline.md."""
 
 import asyncio
+import functools
 import http
 import json
+from collections.abc import Callable
 from typing import ClassVar
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
+
+from shopapi.settings import Settings
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
 MAX_HEAD_BYTES = 32 * 1024
@@ -19,10 +25,62 @@ MAX_HEADER_FIELDS = 100
 # A request's head arrives in one or two packets; a client taking longer is holding a
 # connection open (slowloris), not sending a request.
 HEAD_TIMEOUT_SECONDS = 10.0
+# Room is made as soon as a body has arrived, in milliseconds on a sound link; a slow client
+# holds its room at most REQUEST_BODY_TIMEOUT_SECONDS.
+BUSY_RETRY_AFTER_SECONDS = 1
 
 
 class _Refused(Exception):
     """The parser is stopped: the request was answered with this status."""
+
+
+class _Parser:
+    """httptools' parser, raising a refusal of ours as itself. httptools hands a callback's
+    exception back wrapped in its own error, which uvicorn would log as an invalid request."""
+
+    def __init__(self, parser: httptools.HttpRequestParser):
+        self._parser = parser
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            if isinstance(error.__context__, _Refused):
+                raise error.__context__ from None
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._parser, name)
+
+
+class BodiesInFlight:
+    """The bytes of request bodies a process is receiving, within `max_bytes`: each body takes
+    room for its Content-Length when its head ends (a chunked one as it arrives), and gives it
+    back when it has arrived, been answered, or its connection ended."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.taken = 0
+
+    def take(self, size: int) -> bool:
+        if self.taken + size > self.max_bytes:
+            return False
+        self.taken += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.taken -= size
+
+
+@functools.cache
+def _settings() -> Settings:
+    # Read once a process, as the app reads them: the server builds its protocol apart from it.
+    return Settings.from_env(warn_of_generated_secrets=False)
+
+
+@functools.cache
+def _bodies_in_flight() -> BodiesInFlight:
+    return BodiesInFlight(_settings().request_bodies_in_flight_max_bytes)
 
 
 class HttpProtocol(HttpToolsProtocol):
@@ -33,11 +91,20 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
+        self.parser = _Parser(self.parser)
+        settings = _settings()
+        self.body_timeout = settings.request_body_timeout_seconds
+        self.max_body_bytes = settings.max_body_bytes  # the app answers 413 beyond
+        self.bodies_in_flight = _bodies_in_flight()
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_taken = 0  # of bodies_in_flight, by the body arriving
+        self._body_chunked = False
         self._start_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._end_body()
         super().connection_lost(exc)
 
     def _start_head(self) -> None:
@@ -57,7 +124,7 @@ class HttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         try:
             super().data_received(data)
-        except _Refused:  # if the parser hands back our own exception rather than its error
+        except _Refused:  # the request was answered, the connection is closing
             return
         if self._reading_head and not self.transport.is_closing():
             # At most one read beyond the limit is ever held: the parser's buffers stay small.
@@ -92,7 +159,89 @@ class HttpProtocol(HttpToolsProtocol):
         if self._head_size > self.max_head_bytes:  # a whole head in one read, but too large
             self._refuse(431, "The request's header fields are too large.")
             raise _Refused
+        if self.parser.should_upgrade() and self._should_upgrade():
+            super().on_headers_complete()  # the connection is the WebSocket protocol's now
+            return
+        length, self._body_chunked = self._body_framing()
+        # Beyond the app's limit a body is answered 413 unread: it never holds more.
+        size = min(length, self.max_body_bytes)
+        if not self.bodies_in_flight.take(size):
+            # Refused before the app is called: it never sees the request. An earlier request's
+            # answer may still be on its way (pipelining): then nothing may be written after it.
+            if self.cycle is None or self.cycle.response_complete:
+                self._refuse_busy()
+            else:
+                self._close()
+            raise _Refused
+        self._body_taken = size
         super().on_headers_complete()
+        if length or self._body_chunked:
+            self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+
+    def _body_framing(self) -> tuple[int, bool]:
+        """The body's Content-Length (0 if none), and whether it is chunked."""
+        length, chunked = 0, False
+        for name, value in self.headers:
+            if name == b"content-length" and value.isdigit():  # httptools refuses any other
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        return length, chunked
+
+    def on_body(self, body: bytes) -> None:
+        if self._body_chunked and not self.cycle.response_complete:
+            if not self.bodies_in_flight.take(len(body)):
+                self._give_up(self._refuse_busy)
+                raise _Refused
+            self._body_taken += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._end_body()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self.cycle is not None and self.cycle.response_complete:
+            # Answered before its body arrived: uvicorn drops the rest as it comes.
+            self._give_back_body()
+        super().on_response_complete()
+
+    def _give_back_body(self) -> None:
+        self.bodies_in_flight.give_back(self._body_taken)
+        self._body_taken = 0
+
+    def _end_body(self) -> None:
+        self._give_back_body()
+        self._body_chunked = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        self._give_up(lambda: self._refuse(408, "The request's body took too long to arrive."))
+
+    def _give_up(self, refuse: Callable[[], None]) -> None:
+        """End the connection while a request's body arrives: answered by `refuse` unless an
+        answer (this request's, or an earlier one's still in flight) may be on the wire already."""
+        if self.transport.is_closing():
+            return
+        if self.cycle.response_started or self.pipeline:
+            self._close()
+        else:
+            refuse()
+
+    def _refuse_busy(self) -> None:
+        self.logger.warning(
+            "%d bytes of request bodies are arriving (REQUEST_BODIES_IN_FLIGHT_MAX_BYTES): "
+            "one more refused",
+            self.bodies_in_flight.taken,
+        )
+        self._refuse(
+            503,
+            "The server is receiving too many request bodies at once.",
+            retry_after=BUSY_RETRY_AFTER_SECONDS,
+        )
 
     def send_400_response(self, msg: str) -> None:
         if not self.transport.is_closing():  # not after a refusal of ours
@@ -106,7 +255,7 @@ class HttpProtocol(HttpToolsProtocol):
             else:
                 self.transport.close()
 
-    def _refuse(self, status: int, detail: str) -> None:
+    def _refuse(self, status: int, detail: str, retry_after: int | None = None) -> None:
         title = http.HTTPStatus(status).phrase
         problem = {"type": "about:blank", "title": title, "status": status, "detail": detail}
         body = json.dumps(problem).encode()
@@ -117,13 +266,24 @@ class HttpProtocol(HttpToolsProtocol):
                     *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
                     b"content-type: application/problem+json\r\n",
                     b"content-length: %d\r\n" % len(body),
+                    b"retry-after: %d\r\n" % retry_after if retry_after is not None else b"",
                     b"connection: close\r\n\r\n",
                     body,
                 ]
             )
         )
+        self._close()
+
+    def _close(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # At once, not when the transport reports it lost: the app's own answer must not be
+            # written after ours, and its wait for the body ends with a disconnect.
+            cycle.disconnected = True
+            cycle.message_event.set()
         self.transport.close()
         self._stop_head_timer()
+        self._end_body()
 
     def _default_headers(self) -> list[tuple[bytes, bytes]]:
         return list(getattr(self.server_state, "default_headers", []))

@@ -50,6 +50,16 @@ class Settings:
     database_pool_size: int = _setting("DATABASE_POOL_SIZE", parse.integer(1, 1000), 10)
     # The largest request body (413 beyond); not read from the environment.
     max_body_bytes: int = 1024 * 1024
+    # Seconds a request's body has to arrive whole once its headers have: 408 after, the
+    # connection closed (pipeline/http_server.py). A slow client sends a small body in far less.
+    request_body_timeout_seconds: float = _setting(
+        "REQUEST_BODY_TIMEOUT_SECONDS", parse.positive_number, 30.0
+    )
+    # The bytes of request bodies a server process receives at once (each counted at its
+    # Content-Length): a body beyond is refused with 503. At least one body of the largest size.
+    request_bodies_in_flight_max_bytes: int = _setting(
+        "REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", parse.integer(1024 * 1024, 2**40), 64 * 1024 * 1024
+    )
     # Signs list cursors and keys idempotency fingerprints; a generated one suits one process.
     cursor_secret: bytes = _setting("CURSOR_SECRET", parse.secret(16), factory=_random_secret)
     # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
