@@ -681,9 +681,9 @@ def goals(results: dict) -> list[dict]:
                  mix_cores / baseline_cores, 1.0),
          "measured": f"{mix_cores:.0f} / {baseline_cores:.0f} cores = "
                      f"{mix_cores / baseline_cores:.2f}x"},
-        {"goal": "scale-out ran the README's topology: instances each through its own "
-                 "PgBouncer, one primary, a hot standby taking the reads, Redis; data, limits "
-                 "and standby consistent",
+        {"goal": "scale-out ran the production topology (docs/capacity.md): instances each "
+                 "through its own PgBouncer, one primary, a hot standby taking the reads, Redis; "
+                 "data, limits and standby consistent",
          "value": consistent and replica_read,
          "measured": f"2 instances; replica {scale['two']['replica_cpu_ms']:.2f} CPU-ms/req, "
                      f"primary {scale['two']['primary_cpu_ms']:.2f}; "

@@ -1,6 +1,6 @@
 """The soak (`make soak`): the mix at a constant rate (half its saturation) for SOAK_MINUTES, a
 line a minute of latency, memory, table sizes and the list COUNT's cost, to tell a leak or a cache
-filling from data growing. Results: bench/results/soak.{md,json}; README, Capacity, says more."""
+filling from data growing. Results: bench/results/soak.{md,json}; docs/capacity.md says more."""
 
 import datetime
 import json
