@@ -33,7 +33,7 @@ from connexion.middleware.security import SecurityMiddleware
 from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
-from models import User, demo
+from models import User, demo, off_loop
 from models.db import close_connection, database, error_summary, open_database, use
 from models.start_up import StartUpWork
 from shopapi import internals
@@ -45,6 +45,7 @@ from shopapi.contract.operations import Operations, operations_of
 from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
+from shopapi.events import stream
 from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.stream import EventStreams
@@ -109,7 +110,10 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN; the
     # health probes (/healthz, /readyz) nothing.
     root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
-    use(open_database(settings.database_url, settings.database_pool_size))
+    # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
+    # the pipeline's own database work's and the event streams' readers.
+    connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
+    use(open_database(settings.database_url, connections, settings.database_pool_wait_seconds))
     drain = Drain(settings.drain_seconds)
     streams = EventStreams(
         settings.event_stream_poll_seconds,

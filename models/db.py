@@ -22,7 +22,7 @@ database = RoutingDatabase()
 CHECK_IDLE_AFTER_SECONDS = 1.0
 
 
-def open_database(url: str, pool_size: int = 10) -> peewee.Database:
+def open_database(url: str, pool_size: int = 10, pool_wait_seconds: float = 10) -> peewee.Database:
     """A database for `sqlite:///relative/or//absolute/path.db` or `postgresql://...`."""
     if url.startswith("sqlite:///"):
         path = pathlib.Path(url[len("sqlite:///") :])
@@ -39,7 +39,7 @@ def open_database(url: str, pool_size: int = 10) -> peewee.Database:
         **postgresql_arguments(url),
         max_connections=pool_size,
         stale_timeout=300,
-        timeout=10,  # seconds to wait for a free pooled connection
+        timeout=pool_wait_seconds,  # to wait for a free pooled connection (Peewee's 0: for ever)
         connect_timeout=3,  # a database that is down answers 503 quickly, not after minutes
         check_idle_after=CHECK_IDLE_AFTER_SECONDS,
     )

@@ -34,3 +34,49 @@ def test_fifty_concurrent_orders_for_ten_in_stock_sell_exactly_ten(app, database
         assert statuses.count(409) == 40, statuses
         assert http.get(f"/v1/products/{product['id']}").json()["stock"] == 0
         assert http.get("/v1/orders").json()["meta"]["total"] == 10
+
+
+def test_every_thread_that_holds_a_connection_has_one_of_its_own(app, database_url):
+    """The pool holds a connection for each thread that may hold one: Flask's, and the
+    pipeline's own database work (API-key lookups, Idempotency-Key claims, revocation refreshes)
+    and the event stream's. With a pool that does not wait (DATABASE_POOL_WAIT_SECONDS), a
+    request that found none would be a 503; under load none is."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has no pool")
+    settings = {"DATABASE_POOL_SIZE": "1", "DATABASE_POOL_WAIT_SECONDS": "0.001"}
+    with (
+        live_server(database_url, **settings) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+    ):
+        owner = http.post(
+            "/v1/users",
+            json={
+                "email": "pool@example.com",
+                "name": "P",
+                "password": "12345678",
+                "role": "admin",
+            },
+        ).json()
+        key = http.post(
+            "/v1/api-keys",
+            json={
+                "name": "pool",
+                "scopes": ["products:read", "products:write"],
+                "owner_id": owner["id"],
+            },
+        ).json()["key"]
+
+        def work(n: int) -> list[int]:
+            headers = {"X-API-Key": key}
+            with httpx.Client(base_url=base, timeout=60, headers=headers) as own:
+                product = {"sku": f"POOL-{n}", "name": "Pooled", "price_cents": 1}
+                created = own.post(
+                    "/v1/products", json=product, headers={"Idempotency-Key": f"pool-{n}"}
+                )
+                return [created.status_code, own.get("/v1/products").status_code]
+
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            statuses = [status for answers in pool.map(work, range(48)) for status in answers]
+
+        assert statuses.count(201) == 48, statuses
+        assert statuses.count(200) == 48, statuses

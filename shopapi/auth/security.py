@@ -7,12 +7,11 @@ import functools
 import hmac
 import weakref
 
-import anyio.to_thread
 import connexion
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
 from connexion.security import SECURITY_HANDLERS
 
-from models import ApiKey
+from models import ApiKey, off_loop
 from models.db import database
 from models.user import ROLE_SCOPES
 from models.visibility import Viewer
@@ -156,7 +155,7 @@ def _unless_revoked(revocations: Revocations, info: dict, credentials_version: i
 async def _unless_revoked_after_refresh(
     revocations: Revocations, info: dict, credentials_version: int, login
 ) -> dict:
-    await anyio.to_thread.run_sync(revocations.refresh)
+    await off_loop.run(revocations.refresh)
     _refuse_if_revoked(revocations, info["user_id"], credentials_version, login)
     return info
 
@@ -171,7 +170,7 @@ def _refuse_if_revoked(revocations: Revocations, user_id: int, version: int, log
 async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
     """x-apikeyInfoFunc: the owner and scopes of a usable API key (401 otherwise, 403 when the
     key lacks a scope the operation requires)."""
-    found = await anyio.to_thread.run_sync(_find_api_key, api_key)
+    found = await off_loop.run(_find_api_key, api_key)
     if found is None:
         raise OAuthProblem(detail="The API key is not valid.")
     key, owner_role = found

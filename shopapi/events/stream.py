@@ -17,6 +17,9 @@ log = logging.getLogger("shopapi.events.stream")
 
 # Events read at once, by the poller and by a resuming stream's catch-up.
 BATCH = 500
+# The threads that read for the streams, each with a pooled connection while it reads (app.py
+# counts them in the pool's size).
+THREADS = 2
 # Events a stream may have waiting to be written; a client that falls further behind is cut off
 # and resumes with Last-Event-ID from the database, so nothing it may see is lost.
 BACKLOG = 1000
@@ -77,7 +80,7 @@ class EventStreams:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         # Reads run here, not on the event loop, and not on Flask's threads.
-        self._threads = concurrent.futures.ThreadPoolExecutor(2, "event-stream")
+        self._threads = concurrent.futures.ThreadPoolExecutor(THREADS, "event-stream")
 
     @property
     def open(self) -> int:

@@ -13,14 +13,13 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 
-import anyio.to_thread
 import flask
 import peewee
 from connexion.exceptions import ProblemException
 from connexion.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models import IdempotencyKey
+from models import IdempotencyKey, off_loop
 from models.db import database
 from shopapi.pipeline.buffered_body import read_body, replay_body
 from shopapi.pipeline.request_facts import caller_of, operation_of
@@ -91,7 +90,7 @@ async def _in_database(function: Callable, *args):
         with database.connection_context():
             return function(*args)
 
-    return await anyio.to_thread.run_sync(run)
+    return await off_loop.run(run)
 
 
 @dataclasses.dataclass

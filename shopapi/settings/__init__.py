@@ -48,6 +48,10 @@ class Settings:
     validate_responses: bool = _setting("VALIDATE_RESPONSES", parse.boolean, False)
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
     database_pool_size: int = _setting("DATABASE_POOL_SIZE", parse.integer(1, 1000), 10)
+    # Seconds a thread waits for a pooled connection before its request is a 503.
+    database_pool_wait_seconds: float = _setting(
+        "DATABASE_POOL_WAIT_SECONDS", parse.positive_number, 10.0
+    )
     # The largest request body (413 beyond); not read from the environment.
     max_body_bytes: int = 1024 * 1024
     # Seconds a request's body has to arrive whole once its headers have: 408 after, the

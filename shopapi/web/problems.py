@@ -11,6 +11,7 @@ import peewee
 from asgi_correlation_id import correlation_id
 from connexion.exceptions import OAuthScopeProblem, ProblemException
 from connexion.lifecycle import ConnexionRequest, ConnexionResponse
+from playhouse.pool import MaxConnectionsExceeded
 from starlette.exceptions import HTTPException
 
 from models.errors import Conflict, InvalidReference
@@ -203,6 +204,7 @@ def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
         peewee.IntegrityError: _integrity_error,
         peewee.DataError: _data_error,
         peewee.OperationalError: _database_unavailable,
+        MaxConnectionsExceeded: _database_unavailable,
         peewee.InterfaceError: _database_unavailable,
         UnicodeDecodeError: _unicode_error,
         Exception: _unexpected,
