@@ -1,7 +1,7 @@
 """GET /events/stream: Server-Sent Events from a live uvicorn server, read as they arrive. What
-each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, and that
-idle streams hold no database connection (tests/test_draining.py: they end as the server
-stops)."""
+each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, that idle
+streams hold no database connection, and that a client that reads nothing is cut off
+(tests/test_draining.py: they end as the server stops)."""
 
 import asyncio
 import contextlib
@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from support.event_stream import stream
+from support.event_stream import messages_of, stream, unread_stream
 from support.helpers import (
     WAIT_SECONDS,
     assert_problem,
@@ -27,9 +27,12 @@ pytestmark = pytest.mark.slow
 
 PER_CLIENT = 2
 IDLE_STREAMS = 100
+# A client that accepts nothing for this long is cut off; the tests' clients read at once.
+SEND_TIMEOUT_SECONDS = 2
 SERVER = {
     "EVENT_STREAM_MAX_PER_CLIENT": str(PER_CLIENT),
     "EVENT_STREAM_HEARTBEAT_SECONDS": "1",
+    "SEND_TIMEOUT_SECONDS": str(SEND_TIMEOUT_SECONDS),
     "VALIDATE_RESPONSES": "1",
     "CORS_ORIGINS": "https://shop.example",
 }
@@ -47,6 +50,10 @@ def base(database_url, direct_database_url):
 def admin(base):
     with httpx.Client(base_url=base, headers=bearer(), timeout=WAIT_SECONDS) as client:
         yield client
+
+
+# An event of about 5 KB: a few dozen fill what the server and a client that reads nothing buffer.
+LARGE = "x" * 5000
 
 
 def _feed_ids(admin, after: int) -> list[int]:
@@ -237,3 +244,22 @@ def test_a_web_app_on_an_allowed_origin_may_open_and_read_a_stream(base, admin):
         created = create_product(admin)
         [event] = events.events(1)
         assert event["data"]["resource_id"] == created["id"]
+
+
+# --- a client that reads nothing ----------------------------------------------------------------
+
+
+def test_a_client_that_reads_nothing_is_cut_off(base, admin):
+    """A write the client does not take (its buffers and the server's full) waits at most
+    SEND_TIMEOUT_SECONDS: then the server resets the connection, and the stream is over."""
+    with unread_stream(base, bearer("client:deaf", ["products:read"])) as deaf:
+
+        def cut_off_after_one_more_event():
+            create_product(admin, description=LARGE)
+            return deaf.cut_off()
+
+        wait_for(cut_off_after_one_more_event, "the server to cut off a client that reads nothing")
+        status, body, ended_cleanly = deaf.read_to_end()
+    assert status == 200 and not ended_cleanly
+    ids = [int(message["id"]) for message in messages_of(body) if "data" in message]
+    assert ids == sorted(ids)  # what had been buffered, in order: resumed with Last-Event-ID

@@ -1,14 +1,21 @@
 """The HTTP/1.1 protocol `make serve` and ops/gunicorn.conf.py speak: uvicorn's httptools one,
-with the limits on a request's head it lacks (414, 431 and 408, as problem+json, the connection
-closed). Design: docs/pipeline.md."""
+with the limits it lacks: on a request's head (414, 431 and 408, as problem+json, the connection
+closed), and on how long a response waits for a client that reads nothing. Design:
+docs/pipeline.md."""
 
 import asyncio
+import functools
 import http
 import json
+import socket
+import struct
 from typing import ClassVar
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
+
+from shopapi.settings import Settings
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
 MAX_HEAD_BYTES = 32 * 1024
@@ -19,6 +26,34 @@ MAX_HEADER_FIELDS = 100
 # A request's head arrives in one or two packets; a client taking longer is holding a
 # connection open (slowloris), not sending a request.
 HEAD_TIMEOUT_SECONDS = 10.0
+
+
+@functools.cache  # the process's environment, read once, as create_app reads it
+def send_timeout() -> float:
+    return Settings.from_env(warn_of_generated_secrets=False).send_timeout_seconds
+
+
+class BoundedWrites(FlowControl):
+    """uvicorn's flow control, whose wait for the client to take what the connection has
+    buffered ends after `timeout` (as nginx's send_timeout): the connection is then reset, and
+    the response sees its client gone."""
+
+    def __init__(self, transport: asyncio.Transport, timeout: float):
+        super().__init__(transport)
+        self.timeout = timeout
+
+    async def drain(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._is_writable_event.wait()
+        except TimeoutError:
+            # A reset, not a close: a close would wait, buffers and all, for the client to read.
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self._transport.abort()
+            # connection_lost follows: it marks the client gone and lets writes go on, unsent.
+            await self._is_writable_event.wait()
 
 
 class _Refused(Exception):
@@ -33,6 +68,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
+        self.flow = BoundedWrites(transport, send_timeout())
         self._head_timer: asyncio.TimerHandle | None = None
         self._start_head()
 

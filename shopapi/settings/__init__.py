@@ -113,6 +113,10 @@ class Settings:
     # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
     # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
     drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
+    # How long a response's write waits for the client to read, the connection's buffers full,
+    # before the connection is reset (pipeline/http_server.py): a client that stops reading holds
+    # no response for ever, an event stream included.
+    send_timeout_seconds: float = _setting("SEND_TIMEOUT_SECONDS", parse.positive_number, 30.0)
     # An Idempotency-Key claimed by a request that never answered (its server died) is taken
     # over by a retry after this long; a request running longer could run twice.
     idempotency_lease_seconds: int = _setting(
