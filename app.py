@@ -35,6 +35,7 @@ from models import User, demo
 from models.db import close_connection, database, open_database, use
 from shopapi import internals
 from shopapi.auth import security
+from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import checked_specs, served, spec_files
 from shopapi.contract.list_language import expand
@@ -103,10 +104,13 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
     use(open_database(settings.database_url, settings.database_pool_size))
     drain = Drain(settings.drain_seconds)
+    # Which tokens are revoked: for the security checks, and for the open event streams.
+    revocations = Revocations()
     streams = EventStreams(
         settings.event_stream_poll_seconds,
         max_open=settings.event_stream_max_open,
         max_per_client=settings.event_stream_max_per_client,
+        revocations=revocations,
     )
     drain.on_stop(streams.close)  # open streams end as the server stops accepting
 
@@ -150,7 +154,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.config["VAPID_PUBLIC_KEY"] = (
         webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
     )
-    security.install(app, AccessTokens(settings), settings.metrics_token)
+    security.install(app, AccessTokens(settings), settings.metrics_token, revocations)
     if settings.admin_email:
         with database.connection_context():
             User.ensure_admin(settings.admin_email, settings.admin_password)

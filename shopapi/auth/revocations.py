@@ -22,6 +22,9 @@ class Revocations:
         # User id -> the oldest credentials version still valid; and when it was revoked.
         self._valid_from: dict[int, int] = {}
         self._revoked_at: dict[int, float] = {}
+        # Raised whenever `refuses` may refuse more: what holds credentials it accepted earlier (an
+        # open event stream) checks them again.
+        self.changes = 0
         self._last_id: int | None = None
         self._fresh_until = float("-inf")
         self._recorded_seen = recorded_here()
@@ -56,6 +59,7 @@ class Revocations:
                 if version > self._valid_from.get(user_id, 0):
                     self._valid_from[user_id] = version
                     self._revoked_at[user_id] = revoked_at
+                    self.changes += 1
             self._last_id = last_id
             self._recorded_seen = recorded
             self._fresh_until = started + REFRESH_EVERY

@@ -150,8 +150,9 @@ class Settings:
     # The live event stream (GET /events/stream, pipeline/event_stream.py), per worker process:
     # a comment this often on an idle stream, so that proxies keep it open; how often new events
     # are read while any stream is open; open streams per client and in all; and how long one
-    # stream lasts before the client reconnects (with Last-Event-ID; its credentials checked
-    # again, so a revoked or expired one's stream ends within this).
+    # stream lasts from its opening before the client reconnects (with Last-Event-ID; its
+    # credentials checked again, so an expired one's stream ends within this; a revoked one's
+    # ends as soon as the process reads the revocation).
     event_stream_heartbeat_seconds: float = _setting(
         "EVENT_STREAM_HEARTBEAT_SECONDS", parse.positive_number, 15.0
     )

@@ -7,6 +7,7 @@ import queue
 import select
 import socket
 import threading
+import time
 import urllib.parse
 
 import h11
@@ -65,6 +66,16 @@ class Stream:
             if "data" in message:
                 events.append({**message, "data": json.loads(message["data"])})
         return events
+
+    def until_ended(self) -> list[dict]:
+        """Every message until the stream ends (keep-alives included), waiting for the end for
+        as long as a test waits for anything."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        received = []
+        while (message := self.messages.get(timeout=WAIT_SECONDS)) is not ENDED:
+            received.append(message)
+            assert time.monotonic() < deadline, f"the stream went on: {received[-3:]}"
+        return received
 
     def nothing_more(self) -> bool:
         """Whether only comments are waiting (the events asked for were all that came)."""
