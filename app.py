@@ -38,6 +38,7 @@ from models.db import close_connection, database, error_summary, open_database, 
 from models.start_up import StartUpWork
 from shopapi import internals
 from shopapi.auth import security
+from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import checked_specs, served, spec_files
 from shopapi.contract.list_language import expand
@@ -115,10 +116,13 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
     use(open_database(settings.database_url, connections, settings.database_pool_wait_seconds))
     drain = Drain(settings.drain_seconds)
+    # Which tokens are revoked: for the security checks, and for the open event streams.
+    revocations = Revocations()
     streams = EventStreams(
         settings.event_stream_poll_seconds,
         max_open=settings.event_stream_max_open,
         max_per_client=settings.event_stream_max_per_client,
+        revocations=revocations,
     )
     drain.on_stop(streams.close)  # open streams end as the server stops accepting
 
@@ -165,7 +169,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.config["VAPID_PUBLIC_KEY"] = (
         webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
     )
-    security.install(app, AccessTokens(settings), settings.metrics_token)
+    security.install(app, AccessTokens(settings), settings.metrics_token, revocations)
     start_up = StartUpWork(
         settings.admin_email
         and partial(User.ensure_admin, settings.admin_email, settings.admin_password)

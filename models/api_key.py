@@ -50,16 +50,16 @@ class ApiKey(BaseModel):
         return key, secret
 
     @classmethod
-    def find(cls, secret: str) -> tuple["ApiKey", str] | None:
-        """The key with this secret and its owner's role, or None."""
+    def find(cls, secret: str) -> tuple["ApiKey", str, int] | None:
+        """The key with this secret, its owner's role and credentials version; or None."""
         row = (
-            cls.select(cls, User.role)
+            cls.select(cls, User.role, User.credentials_version)
             .join(User)
             .where(cls.digest == digest(secret))
             .objects()
             .first()
         )
-        return (row, row.role) if row else None
+        return (row, row.role, row.credentials_version) if row else None
 
     @property
     def usable(self) -> bool:

@@ -1,15 +1,16 @@
 """GET /events/stream: Server-Sent Events from a live uvicorn server, read as they arrive. What
-each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, and that
-idle streams hold no database connection (tests/test_draining.py: they end as the server
-stops)."""
+each client sees, resuming with Last-Event-ID, the per-client limit, the heartbeat, that idle
+streams hold no database connection, and what ends a stream: its lifetime, a client that reads
+nothing, revoked credentials (tests/test_draining.py: the server stopping)."""
 
 import asyncio
 import contextlib
+import json
 import time
 
 import httpx
 import pytest
-from support.event_stream import stream
+from support.event_stream import messages_of, stream, unread_stream
 from support.helpers import (
     WAIT_SECONDS,
     assert_problem,
@@ -27,9 +28,12 @@ pytestmark = pytest.mark.slow
 
 PER_CLIENT = 2
 IDLE_STREAMS = 100
+# A client that accepts nothing for this long is cut off; the tests' clients read at once.
+SEND_TIMEOUT_SECONDS = 2
 SERVER = {
     "EVENT_STREAM_MAX_PER_CLIENT": str(PER_CLIENT),
     "EVENT_STREAM_HEARTBEAT_SECONDS": "1",
+    "SEND_TIMEOUT_SECONDS": str(SEND_TIMEOUT_SECONDS),
     "VALIDATE_RESPONSES": "1",
     "CORS_ORIGINS": "https://shop.example",
 }
@@ -43,10 +47,30 @@ def base(database_url, direct_database_url):
         yield base
 
 
+@pytest.fixture(scope="module")
+def elsewhere(direct_database_url):
+    """Another server process on the same database: what is changed there, `base` learns only
+    from the database."""
+    with live_server(direct_database_url, **SERVER) as elsewhere:
+        yield elsewhere
+
+
 @pytest.fixture
 def admin(base):
     with httpx.Client(base_url=base, headers=bearer(), timeout=WAIT_SECONDS) as client:
         yield client
+
+
+def _login(base: str, user: dict) -> dict:
+    """Headers with the access token the password grant gives `user`."""
+    grant = {"grant_type": "password", "username": user["email"], "password": "correct horse"}
+    response = httpx.post(f"{base}/v1/oauth/token", data=grant, timeout=WAIT_SECONDS)
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+
+# An event of about 5 KB: a few dozen fill what the server and a client that reads nothing buffer.
+LARGE = "x" * 5000
 
 
 def _feed_ids(admin, after: int) -> list[int]:
@@ -237,3 +261,117 @@ def test_a_web_app_on_an_allowed_origin_may_open_and_read_a_stream(base, admin):
         created = create_product(admin)
         [event] = events.events(1)
         assert event["data"]["resource_id"] == created["id"]
+
+
+# --- what ends a stream -----------------------------------------------------------------------
+
+
+def test_a_client_that_reads_nothing_is_cut_off(base, admin):
+    """A write the client does not take (its buffers and the server's full) waits at most
+    SEND_TIMEOUT_SECONDS: then the server resets the connection, and the stream is over."""
+    with unread_stream(base, bearer("client:deaf", ["products:read"])) as deaf:
+
+        def cut_off_after_one_more_event():
+            create_product(admin, description=LARGE)
+            return deaf.cut_off()
+
+        wait_for(cut_off_after_one_more_event, "the server to cut off a client that reads nothing")
+        status, body, ended_cleanly = deaf.read_to_end()
+    assert status == 200 and not ended_cleanly
+    ids = [int(message["id"]) for message in messages_of(body) if "data" in message]
+    assert ids == sorted(ids)  # what had been buffered, in order: resumed with Last-Event-ID
+
+
+def test_a_streams_lifetime_runs_from_its_opening_through_catching_up(
+    database_url, direct_database_url
+):
+    """EVENT_STREAM_MAX_SECONDS counts from the opening, catching up included, and ends a write
+    that waits for the client too."""
+    server = {
+        **SERVER,
+        "EVENT_STREAM_MAX_SECONDS": "2",
+        "EVENT_STREAM_MAX_PER_CLIENT": "1",
+        "SEND_TIMEOUT_SECONDS": "3600",  # only the lifetime can end the stream here
+    }
+    headers = bearer("client:resuming", ["products:read"])
+    with (
+        live_server(direct_database_url, **server) as base,
+        httpx.Client(base_url=base, headers=bearer(), timeout=WAIT_SECONDS) as admin,
+    ):
+        with stream(base, bearer("client:position", ["products:read"])) as before:
+            position = before.opening["id"]
+        created = [create_product(admin, description=LARGE)["id"] for _ in range(100)]
+        with unread_stream(base, {**headers, "Last-Event-ID": position}) as resuming:
+
+            def another_stream_opens():  # the client's one stream has ended
+                with stream(base, headers) as again:
+                    return again.response.status_code == 200
+
+            wait_for(another_stream_opens, "the resuming stream to end while catching up")
+            status, body, ended_cleanly = resuming.read_to_end()
+    assert status == 200 and ended_cleanly
+    messages = messages_of(body)
+    assert messages[0] == {"retry": "3000", "id": position}
+    resources = [json.loads(message["data"])["resource_id"] for message in messages[1:]]
+    assert resources == created[: len(resources)]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"password": "a new password"}, {"email": "moved@example.com"}, {"role": "customer"}, None],
+    ids=["password", "email", "role", "deletion"],
+)
+def test_a_users_stream_ends_when_their_credentials_are_revoked(base, elsewhere, admin, change):
+    """The change is made through another server process: the stream's learns of it only from
+    the revocations it reads (shopapi/auth/revocations.py), within seconds."""
+    user = create_user(admin, role="admin")
+    credentials = _login(base, user)
+    with (
+        stream(base, credentials) as events,
+        httpx.Client(base_url=elsewhere, headers=bearer(), timeout=WAIT_SECONDS) as other,
+    ):
+        url = f"/v1/users/{user['id']}"
+        changed = other.delete(url) if change is None else other.patch(url, json=change)
+        assert changed.status_code in (200, 204), changed.text
+        events.until_ended()
+        assert events.ended_cleanly
+    with stream(base, credentials) as again:
+        again.response.read()
+        assert "revoked" in assert_problem(again.response, 401)["detail"]
+
+
+def test_a_demoted_admins_stream_ends_and_the_next_shows_what_the_new_role_sees(base, admin):
+    user = create_user(admin, role="admin")
+    with stream(base, _login(base, user)) as events:
+        demoted = admin.patch(f"/v1/users/{user['id']}", json={"role": "customer"})
+        assert demoted.status_code == 200, demoted.text
+        events.until_ended()
+    with stream(base, _login(base, user)) as events:
+        create_user(admin)  # another user's: an admin's stream would show it first
+        product = create_product(admin)
+        [event] = events.events(1)
+    assert (event["event"], event["data"]["resource_id"]) == ("product.created", product["id"])
+    assert event["data"]["actor_subject"] == ""
+
+
+def test_an_api_keys_stream_ends_when_its_owner_is_demoted(base, admin):
+    owner = create_user(admin, role="admin")
+    issued = admin.post(
+        "/v1/api-keys",
+        json={"name": "feed", "scopes": ["orders:read", "admin"], "owner_id": owner["id"]},
+    )
+    assert issued.status_code == 201, issued.text
+    key = {"X-API-Key": issued.json()["key"]}
+    with stream(base, key) as events:
+        demoted = admin.patch(f"/v1/users/{owner['id']}", json={"role": "partner"})
+        assert demoted.status_code == 200, demoted.text
+        events.until_ended()
+    # The key is checked again as it reconnects: it now reads what a partner reads.
+    other, product = create_user(admin), create_product(admin, stock=5)
+    with stream(base, key) as events:
+        place_order(admin, other, (product, 1)).raise_for_status()  # an admin's stream shows it
+        placed = place_order(admin, owner, (product, 1))
+        assert placed.status_code == 201, placed.text
+        [event] = events.events(1)
+    assert (event["event"], event["data"]["resource_id"]) == ("order.created", placed.json()["id"])
+    assert event["data"]["actor_subject"] == ""

@@ -128,6 +128,7 @@ def test_traffic_settings_come_from_the_environment():
         ({"CORS_ORIGINS": "*", "CORS_ALLOW_CREDENTIALS": "1"}, "CORS_ORIGINS"),
         ({"METRICS_TOKEN": "short"}, "METRICS_TOKEN"),
         ({"SLOW_REQUEST_MS": "-1"}, "SLOW_REQUEST_MS"),
+        ({"SEND_TIMEOUT_SECONDS": "0"}, "SEND_TIMEOUT_SECONDS"),
         ({"ALERT_WEBHOOK_URL": "ftp://alerts.example.com"}, "ALERT_WEBHOOK_URL"),
         ({"API_DEFAULT_VERSION": "v2"}, "API_DEFAULT_VERSION"),
         ({"API_DEFAULT_VERSION": "0"}, "API_DEFAULT_VERSION"),

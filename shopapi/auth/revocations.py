@@ -25,6 +25,9 @@ class Revocations:
         self._revoked_at: dict[int, float] = {}
         # Ended logins (refresh token families) -> when they were ended.
         self._ended: dict[str, float] = {}
+        # Raised whenever `refuses` may refuse more: what holds credentials it accepted earlier (an
+        # open event stream) checks them again.
+        self.changes = 0
         self._last_id: int | None = None
         self._fresh_until = float("-inf")
         self._recorded_seen = recorded_here()
@@ -42,6 +45,13 @@ class Revocations:
     def ended(self, login: str) -> bool:
         """Whether the login (a refresh token family) a token was issued to has been ended."""
         return login in self._ended
+
+    def ends(self, user_id: int, credentials_version: int, login: str | None) -> bool:
+        """Whether credentials of `user_id`, issued under `credentials_version` to `login` (if
+        any), are refused now, one way or the other."""
+        return self.refuses(user_id, credentials_version) or (
+            login is not None and self.ended(login)
+        )
 
     def refresh(self) -> None:
         """Read what was revoked since the last refresh, unless another thread just did. Blocks
@@ -62,9 +72,11 @@ class Revocations:
             for _, user_id, version, revoked_at, login in rows:
                 if login is not None:
                     self._ended[login] = revoked_at
+                    self.changes += 1
                 elif version > self._valid_from.get(user_id, 0):
                     self._valid_from[user_id] = version
                     self._revoked_at[user_id] = revoked_at
+                    self.changes += 1
             self._last_id = last_id
             self._recorded_seen = recorded
             self._fresh_until = started + REFRESH_EVERY

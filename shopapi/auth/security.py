@@ -74,10 +74,15 @@ def with_api_key_scopes(spec: dict) -> dict:
     return spec
 
 
-def install(app: connexion.FlaskApp, tokens: AccessTokens, metrics_token: str | None) -> None:
-    """Make `tokens` the keys of `app`'s security checks and handlers, and `metrics_token` the
-    one that reads its metrics."""
-    _keys_of[app.middleware] = _Keys(tokens, metrics_token, Revocations())
+def install(
+    app: connexion.FlaskApp,
+    tokens: AccessTokens,
+    metrics_token: str | None,
+    revocations: Revocations,
+) -> None:
+    """Make `tokens` the keys of `app`'s security checks and handlers, `metrics_token` the one
+    that reads its metrics, and `revocations` what they know of revoked tokens."""
+    _keys_of[app.middleware] = _Keys(tokens, metrics_token, revocations)
     app.app.extensions["shopapi.auth.tokens"] = tokens
 
 
@@ -141,30 +146,46 @@ def token_info(token: str, request) -> dict:
     info = {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
     if user_id is None:
         return info  # a client's, or another issuer's: no user of ours revokes it
-    issued = (claims.get(CREDENTIALS_VERSION, 0), claims.get(LOGIN))
-    return _unless_revoked(keys.revocations, info, *issued)
+    info[_CREDENTIALS_VERSION] = claims.get(CREDENTIALS_VERSION, 0)
+    info[_LOGIN] = claims.get(LOGIN)
+    return _unless_revoked(keys.revocations, info)
 
 
-def _unless_revoked(revocations: Revocations, info: dict, credentials_version: int, login):
+def _unless_revoked(revocations: Revocations, info: dict):
     if not revocations.is_current():
-        return _unless_revoked_after_refresh(revocations, info, credentials_version, login)
-    _refuse_if_revoked(revocations, info["user_id"], credentials_version, login)
+        return _unless_revoked_after_refresh(revocations, info)
+    _refuse_if_revoked(revocations, info)
     return info
 
 
-async def _unless_revoked_after_refresh(
-    revocations: Revocations, info: dict, credentials_version: int, login
-) -> dict:
+async def _unless_revoked_after_refresh(revocations: Revocations, info: dict) -> dict:
     await off_loop.run(revocations.refresh)
-    _refuse_if_revoked(revocations, info["user_id"], credentials_version, login)
+    _refuse_if_revoked(revocations, info)
     return info
 
 
-def _refuse_if_revoked(revocations: Revocations, user_id: int, version: int, login) -> None:
+def _refuse_if_revoked(revocations: Revocations, info: dict) -> None:
+    user_id, version, login = revocable(info)
     if revocations.refuses(user_id, version):
         raise OAuthProblem(detail=REVOKED)
     if login is not None and revocations.ended(login):
         raise OAuthProblem(detail=LOGIN_ENDED)
+
+
+# In the claims a check accepted: the credentials version of the user they act for, and the
+# login (refresh token family) a token of ours was issued to.
+_CREDENTIALS_VERSION = "credentials_version"
+_LOGIN = "login"
+
+
+def revocable(info: dict) -> tuple[int, int, str | None] | None:
+    """The user, their credentials version and the login whose revocation (models/revocation.py)
+    ends what the credentials of the claims `info` were accepted for; None for an OAuth client's
+    or another issuer's token. A request is checked once; an open event stream goes on checking
+    (Revocations.ends)."""
+    if _CREDENTIALS_VERSION not in info:
+        return None
+    return info["user_id"], info[_CREDENTIALS_VERSION], info.get(_LOGIN)
 
 
 async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
@@ -173,14 +194,21 @@ async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
     found = await off_loop.run(_find_api_key, api_key)
     if found is None:
         raise OAuthProblem(detail="The API key is not valid.")
-    key, owner_role = found
+    key, owner_role, owner_version = found
     if not key.usable:
         raise OAuthProblem(detail="The API key has been revoked or has expired.")
     # A key never exceeds its owner's current role, even if the owner was demoted since.
     scopes = set(key.scopes.split()) & ROLE_SCOPES.get(owner_role, frozenset())
     if not set(required_scopes or ()) <= scopes:
         raise OAuthScopeProblem(token_scopes=sorted(scopes), required_scopes=required_scopes)
-    return {"sub": f"api-key:{key.id}", "scope": " ".join(sorted(scopes)), "user_id": key.owner_id}
+    return {
+        "sub": f"api-key:{key.id}",
+        "scope": " ".join(sorted(scopes)),
+        "user_id": key.owner_id,
+        # The owner's version as the key was checked: a change of the owner's since (a new
+        # role, a deletion) ends a stream the key holds open.
+        _CREDENTIALS_VERSION: owner_version,
+    }
 
 
 def metrics_token_info(token: str, request) -> dict | None:

@@ -1,6 +1,7 @@
 """The live event stream's one poller per process: while any stream is open it reads new events
 every few tenths of a second, in a thread holding a pooled connection only for the read, and
-hands each to the streams that may see it. Design: docs/events.md."""
+hands each to the streams that may see it; and it ends the streams whose credentials are revoked.
+Design: docs/events.md."""
 
 import asyncio
 import collections
@@ -8,10 +9,12 @@ import concurrent.futures
 import contextvars
 import logging
 import time
+from collections.abc import Callable
 
 from models import Event
 from models.db import close_connection
 from models.visibility import Viewer
+from shopapi.auth.revocations import Revocations
 
 log = logging.getLogger("shopapi.events.stream")
 
@@ -42,13 +45,23 @@ class StreamsFull(Exception):
 class Subscription:
     """One open stream: what its caller may see, and the events waiting to be written."""
 
-    def __init__(self, caller: str, viewer: Viewer, resource_types: list[str]):
+    def __init__(
+        self,
+        caller: str,
+        viewer: Viewer,
+        resource_types: list[str],
+        revocable: tuple[int, int, str | None] | None,
+    ):
         self.caller = caller
         self.viewer = viewer
         self.resource_types = resource_types
+        # The user, credentials version and login whose revocation ends it (security.revocable).
+        self.revocable = revocable
         self.waiting: collections.deque[Event] = collections.deque()
-        self.ended: str | None = None  # why the stream must end: overflow, shutdown, ...
+        self.ended: str | None = None  # why the stream must end: overflow, revoked, shutdown, ...
         self.wake = asyncio.Event()
+        # Called once as it ends: the stream stops whatever it is waiting for.
+        self.on_end: Callable[[], None] | None = None
 
     def offer(self, event: Event) -> None:
         if self.ended is None and event.is_seen_by(self.viewer, self.resource_types):
@@ -61,16 +74,25 @@ class Subscription:
     def end(self, reason: str) -> None:
         if self.ended is None:
             self.ended = reason
+            if self.on_end is not None:
+                self.on_end()
         self.wake.set()
+
+    def is_revoked_in(self, revocations: Revocations) -> bool:
+        return self.revocable is not None and revocations.ends(*self.revocable)
 
 
 class EventStreams:
     """Every open stream of this process, and the poller that feeds them while there are any."""
 
-    def __init__(self, poll_seconds: float, max_open: int, max_per_client: int):
+    def __init__(
+        self, poll_seconds: float, max_open: int, max_per_client: int, revocations: Revocations
+    ):
         self.poll_seconds = poll_seconds
         self.max_open = max_open
         self.max_per_client = max_per_client
+        self.revocations = revocations
+        self._revocations_seen = revocations.changes
         self._subscriptions: set[Subscription] = set()
         self._per_caller: collections.Counter[str] = collections.Counter()
         # Every event up to `head` has been handed out (or given up on); None until first read.
@@ -86,14 +108,22 @@ class EventStreams:
     def open(self) -> int:
         return len(self._subscriptions)
 
-    def subscribe(self, caller: str, viewer: Viewer, resource_types: list[str]) -> Subscription:
+    def subscribe(
+        self,
+        caller: str,
+        viewer: Viewer,
+        resource_types: list[str],
+        revocable: tuple[int, int, str | None] | None,
+    ) -> Subscription:
         """A new stream for `caller`; StreamsFull when over a limit or shutting down."""
         if self._per_caller[caller] >= self.max_per_client:
             raise StreamsFull(per_client=True)
         if self._closed or len(self._subscriptions) >= self.max_open:
             raise StreamsFull(per_client=False)
         self._loop = asyncio.get_running_loop()
-        subscription = Subscription(caller, viewer, resource_types)
+        subscription = Subscription(caller, viewer, resource_types, revocable)
+        if subscription.is_revoked_in(self.revocations):  # since its check, and the last sweep
+            subscription.end("revoked")
         self._subscriptions.add(subscription)
         self._per_caller[caller] += 1
         if self._poller is None:
@@ -143,7 +173,7 @@ class EventStreams:
                     failing = False
                 except Exception as error:  # the poller goes on: a dead one would feed nothing
                     if not failing:  # once an outage, not every poll
-                        log.warning("event stream: reading new events failed: %s", error)
+                        log.warning("event stream: reading the database failed: %s", error)
                     failing = True
                 await asyncio.sleep(self.poll_seconds)
         finally:
@@ -152,6 +182,7 @@ class EventStreams:
                 self.head = None  # read again when a stream next opens
 
     async def _poll_once(self) -> None:
+        await self._end_revoked()
         if self.head is None:
             latest = await self.read(Event.latest_id)
             if self.head is None:
@@ -168,6 +199,19 @@ class EventStreams:
                     subscription.offer(event)
             if len(events) < BATCH:
                 return
+
+    async def _end_revoked(self) -> None:
+        """End the streams whose credentials were revoked, as this process knows it: known no
+        more than REFRESH_EVERY before the events read next, which no such stream then gets."""
+        if not self.revocations.is_current():
+            await asyncio.get_running_loop().run_in_executor(
+                self._threads, contextvars.Context().run, self.revocations.refresh
+            )
+        if self.revocations.changes != self._revocations_seen:
+            self._revocations_seen = self.revocations.changes
+            for subscription in list(self._subscriptions):
+                if subscription.is_revoked_in(self.revocations):
+                    subscription.end("revoked")
 
     def _gap_given_up(self, next_id: int) -> bool:
         now = time.monotonic()

@@ -4,6 +4,7 @@ database connection. Design: docs/pipeline.md and docs/events.md."""
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 
@@ -14,7 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models import Event
 from shopapi import internals
-from shopapi.auth.security import Principal
+from shopapi.auth.security import Principal, revocable
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
 from shopapi.pipeline.request_facts import caller_of, operation_of
@@ -57,7 +58,10 @@ class EventStreamMiddleware:
         if operation is None or operation.id != OPERATION_ID:
             await self.app(scope, receive, send)
             return
-        principal = Principal.of(internals.token_info(scope))
+        # Its lifetime runs from here: catching up, and writes the client is slow to take, count.
+        deadline = asyncio.get_running_loop().time() + self.max_seconds
+        info = internals.token_info(scope)
+        principal = Principal.of(info)
         resource_types = readable_resource_types(principal.scopes)
         if not resource_types:
             raise Forbidden(
@@ -65,7 +69,7 @@ class EventStreamMiddleware:
                 "orders:read or users:read."
             )
         last_event_id = _last_event_id(scope)
-        subscription = self._subscribe(scope, principal, resource_types)
+        subscription = self._subscribe(scope, principal, resource_types, revocable(info))
         metrics.EVENT_STREAMS.inc()
         try:
             if last_event_id is None:  # from the newest event on, whatever the poller has read
@@ -73,14 +77,19 @@ class EventStreamMiddleware:
             else:
                 start, catch_up_to = last_event_id, await self.streams.current_head()
             stream = _Stream(scope, send, principal, subscription)
-            await stream.run(self, start, catch_up_to, receive)
+            await stream.run(self, start, catch_up_to, receive, deadline)
         finally:
             metrics.EVENT_STREAMS.dec()
             self.streams.unsubscribe(subscription)
+        # Over, and counted so, while the end waits for a client that may read nothing more
+        # (shopapi/pipeline/http_server.py cuts that one off).
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    def _subscribe(self, scope: Scope, principal: Principal, resource_types) -> Subscription:
+    def _subscribe(
+        self, scope: Scope, principal: Principal, resource_types, revocable
+    ) -> Subscription:
         try:
-            return self.streams.subscribe(caller_of(scope), principal, resource_types)
+            return self.streams.subscribe(caller_of(scope), principal, resource_types, revocable)
         except StreamsFull as full:
             if full.per_client:
                 metrics.RATE_LIMITED.labels(OPERATION_ID, "event_streams").inc()
@@ -109,18 +118,27 @@ class _Stream:
         self.subscription = subscription
         self.version = version_of_path(scope["path"])
 
-    async def run(self, layer: EventStreamMiddleware, start: int, catch_up_to, receive) -> None:
+    async def run(
+        self, layer: EventStreamMiddleware, start: int, catch_up_to, receive, deadline: float
+    ) -> None:
+        """Until the stream ends: its lifetime is over, or its subscription ended (revoked,
+        disconnected, ...). The response's end is the caller's to send."""
         self.last = start
         watcher = asyncio.create_task(self._watch_disconnect(receive))
         try:
             await self.send({"type": "http.response.start", "status": 200, "headers": HEADERS})
             # The position first: a client that reconnects before any event resumes from it.
             await self._write(f"retry: {RETRY_MS}\nid: {self.last}\n\n".encode())
-            if catch_up_to is not None and start < catch_up_to:
-                await self._catch_up(layer.streams, catch_up_to)
-            await self._live(layer.heartbeat_seconds, layer.max_seconds)
-            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline) as lifetime:
+                    # An end cuts short what the stream waits for: a catch-up read, a write the
+                    # client does not take.
+                    self.subscription.on_end = functools.partial(_expire, lifetime)
+                    if catch_up_to is not None and start < catch_up_to:
+                        await self._catch_up(layer.streams, catch_up_to)
+                    await self._live(layer.heartbeat_seconds)
         finally:
+            self.subscription.on_end = None
             watcher.cancel()
 
     async def _watch_disconnect(self, receive: Receive) -> None:
@@ -142,29 +160,30 @@ class _Stream:
             if len(page) < BATCH:
                 return
 
-    async def _live(self, heartbeat_seconds: float, max_seconds: float) -> None:
+    async def _live(self, heartbeat_seconds: float) -> None:
         subscription = self.subscription
-        now = time.monotonic()
-        deadline, beat_at = now + max_seconds, now + heartbeat_seconds
-        while True:
+        beat_at = time.monotonic() + heartbeat_seconds
+        # Once ended, nothing more is written (a revoked caller's included): what was waiting,
+        # the client reads after reconnecting.
+        while subscription.ended is None:
             if subscription.waiting:
                 waiting, subscription.waiting = subscription.waiting, type(subscription.waiting)()
                 messages = b"".join(self._message(event) for event in waiting)
                 if messages:
                     await self._write(messages)
                     beat_at = time.monotonic() + heartbeat_seconds
-            if subscription.ended is not None:
-                return
+                continue
             now = time.monotonic()
-            if now >= deadline:
-                return
             if now >= beat_at:
                 await self._write(HEARTBEAT)
                 beat_at = now + heartbeat_seconds
+                continue
             subscription.wake.clear()
-            if not subscription.waiting and subscription.ended is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(subscription.wake.wait(), min(deadline, beat_at) - now)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for may swallow the lifetime's
+            # cancellation when the wake comes at the same moment.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(beat_at - now):
+                    await subscription.wake.wait()
 
     def _message(self, event: Event) -> bytes:
         if event.id <= self.last:  # caught up already, or before where the client resumed
@@ -177,6 +196,11 @@ class _Stream:
     async def _write(self, body: bytes) -> None:
         if body:
             await self.send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+def _expire(lifetime: asyncio.Timeout) -> None:
+    if not lifetime.expired():
+        lifetime.reschedule(asyncio.get_running_loop().time())
 
 
 def _last_event_id(scope: Scope) -> int | None:

@@ -1,16 +1,19 @@
 """The HTTP/1.1 protocol `make serve` and ops/gunicorn.conf.py speak: uvicorn's httptools one,
 with the limits on a request it lacks: its head's size and time (414, 431, 408), its body's time
-(408) and the bodies a process receives at once (503); as problem+json, the connection closed.
-Design: docs/pipeline.md."""
+(408) and the bodies a process receives at once (503), as problem+json, the connection closed;
+and on how long a response waits for a client that reads nothing. Design: docs/pipeline.md."""
 
 import asyncio
 import functools
 import http
 import json
+import socket
+import struct
 from collections.abc import Callable
 from typing import ClassVar
 
 import httptools
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
@@ -28,6 +31,29 @@ HEAD_TIMEOUT_SECONDS = 10.0
 # Room is made as soon as a body has arrived, in milliseconds on a sound link; a slow client
 # holds its room at most REQUEST_BODY_TIMEOUT_SECONDS.
 BUSY_RETRY_AFTER_SECONDS = 1
+
+
+class BoundedWrites(FlowControl):
+    """uvicorn's flow control, whose wait for the client to take what the connection has
+    buffered ends after `timeout` (as nginx's send_timeout): the connection is then reset, and
+    the response sees its client gone."""
+
+    def __init__(self, transport: asyncio.Transport, timeout: float):
+        super().__init__(transport)
+        self.timeout = timeout
+
+    async def drain(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._is_writable_event.wait()
+        except TimeoutError:
+            # A reset, not a close: a close would wait, buffers and all, for the client to read.
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self._transport.abort()
+            # connection_lost follows: it marks the client gone and lets writes go on, unsent.
+            await self._is_writable_event.wait()
 
 
 class _Refused(Exception):
@@ -93,6 +119,7 @@ class HttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self.parser = _Parser(self.parser)
         settings = _settings()
+        self.flow = BoundedWrites(transport, settings.send_timeout_seconds)
         self.body_timeout = settings.request_body_timeout_seconds
         self.max_body_bytes = settings.max_body_bytes  # the app answers 413 beyond
         self.bodies_in_flight = _bodies_in_flight()

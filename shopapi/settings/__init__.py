@@ -127,6 +127,10 @@ class Settings:
     # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
     # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
     drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
+    # How long a response's write waits for the client to read, the connection's buffers full,
+    # before the connection is reset (pipeline/http_server.py): a client that stops reading holds
+    # no response for ever, an event stream included.
+    send_timeout_seconds: float = _setting("SEND_TIMEOUT_SECONDS", parse.positive_number, 30.0)
     # An Idempotency-Key claimed by a request that never answered (its server died) is taken
     # over by a retry after this long; a request still running then is rolled back, not run twice.
     idempotency_lease_seconds: int = _setting(
@@ -170,8 +174,9 @@ class Settings:
     # The live event stream (GET /events/stream, pipeline/event_stream.py), per worker process:
     # a comment this often on an idle stream, so that proxies keep it open; how often new events
     # are read while any stream is open; open streams per client and in all; and how long one
-    # stream lasts before the client reconnects (with Last-Event-ID; its credentials checked
-    # again, so a revoked or expired one's stream ends within this).
+    # stream lasts from its opening before the client reconnects (with Last-Event-ID; its
+    # credentials checked again, so an expired one's stream ends within this; a revoked one's
+    # ends as soon as the process reads the revocation).
     event_stream_heartbeat_seconds: float = _setting(
         "EVENT_STREAM_HEARTBEAT_SECONDS", parse.positive_number, 15.0
     )
