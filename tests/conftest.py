@@ -93,13 +93,15 @@ def pytest_configure_node(node):
     node.workerinput["shopapi_run_id"] = node.config.stash[RUN_ID]
 
 
+def pytest_itemcollected(item):
+    # `-m "not postgresql"` (make test-quick) leaves out the PostgreSQL half.
+    callspec = getattr(item, "callspec", None)
+    if callspec and callspec.params.get("database_url") == "postgresql":
+        item.add_marker(pytest.mark.postgresql)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    # `-m "not postgresql"` (make test-quick) leaves out the PostgreSQL half.
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec and callspec.params.get("database_url") == "postgresql":
-            item.add_marker(pytest.mark.postgresql)
     # The contract-fuzzing runs take minutes each: started first, they run beside the rest of the
     # suite (xdist's other worker) instead of after it.
     items.sort(key=lambda item: item.module.__name__ != "test_contract")
