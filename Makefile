@@ -108,7 +108,7 @@ contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
 
 # The load benchmark (bench/load.py, about 7 minutes): a PostgreSQL primary and a hot standby of
-# its own (the machine's PostgreSQL binaries, tests/support/standby.py), seeded at each run, Redis
+# its own (the machine's PostgreSQL binaries, shopapi/testing/standby.py), seeded at each run, Redis
 # (BENCH_REDIS_URL) and Debian's wrk; shopapi reaches both clusters through Debian's pgbouncer,
 # which the bench starts (ops/pgbouncer.ini). Then what the revocation check adds to a request
 # (bench/revocation_cost.py, A/B in one process), in a database of the machine's PostgreSQL.

@@ -1,6 +1,6 @@
 """Every API test runs twice: on SQLite and on PostgreSQL, the latter in databases of the run's
 own beside TEST_DATABASE_URL's (tests/support/run_databases.py), through PgBouncer in transaction
-mode, as production runs it (tests/support/pgbouncer.py).
+mode, as production runs it (shopapi/testing/pgbouncer.py).
 
 Outside CI an unusable PostgreSQL skips its half, with one loud line at the end, and fails the run
 unless ALLOW_POSTGRES_SKIP=1; a missing pgbouncer skips its own tests, with the reason shown. In
@@ -19,7 +19,6 @@ import peewee
 import pytest
 from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, VAPID, bearer
-from support.pgbouncer import PgBouncer, PgBouncerUnavailable
 from support.run_databases import RunDatabase, new_run_id
 
 import models.passwords
@@ -29,6 +28,7 @@ from models.db import DatabaseSetupError, open_database, use
 from models.migrations import migrate
 from shopapi.auth import security
 from shopapi.settings import Settings
+from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 # Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own:
