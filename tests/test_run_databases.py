@@ -129,6 +129,7 @@ def _runs_base(direct_database_url: str) -> str:
 
 @pytest.fixture
 def runs():
+    """The runs a test starts, killed if still running at its end."""
     started: list[Run] = []
     yield started
     for run in started:
