@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas soak \
 	profile clean \
 	contract-snapshot contract-tools
@@ -93,8 +93,14 @@ worker: install
 # browser), and the cores stay busy meanwhile (on 2 cores, 3 workers took 9:12, 2 took 9:59).
 # worksteal keeps them all busy to the end (a contract-fuzzing run takes minutes).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 test: install-dev contract-tools
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The quick loop while working: SQLite only (no PostgreSQL needed), no test marked slow, stopped
+# at the first failure. `make test` before a commit.
+test-quick: install-dev
+	$(PYTEST) -x -m "not slow and not postgresql" $(PYTEST_ARGS)
 
 # After an intended, compatible change to the v1 contract: make it the new baseline that
 # tests/test_contract_compatibility.py holds spec/ to.
@@ -102,18 +108,14 @@ contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
 
 # The load benchmark (bench/load.py, about 7 minutes): a PostgreSQL primary and a hot standby of
-# its own (the machine's PostgreSQL binaries, tests/support/standby.py), seeded at each run, Redis
+# its own (the machine's PostgreSQL binaries, shopapi/testing/standby.py), seeded at each run, Redis
 # (BENCH_REDIS_URL) and Debian's wrk; shopapi reaches both clusters through Debian's pgbouncer,
 # which the bench starts (ops/pgbouncer.ini). Then what the revocation check adds to a request
 # (bench/revocation_cost.py, A/B in one process), in a database of the machine's PostgreSQL.
 # BENCH_QUICK=1: one short round of each phase, to try the script (bench/results/load-quick.md),
 # and no revocation A/B.
 REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
-bench: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
-	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q pgbouncer)
+bench: install-dev wrk pgbouncer
 	$(BIN)/python bench/load.py
 	if [ -z "$(BENCH_QUICK)" ] || [ "$(BENCH_QUICK)" = 0 ]; then \
 	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; fi
@@ -121,37 +123,34 @@ bench: install-dev
 # What PgBouncer costs a request: the mix direct against through PgBouncer, interleaved rounds in
 # one run (bench/pgbouncer_ab.py): bench/results/pgbouncer-ab.md.
 .PHONY: bench-pgbouncer
-bench-pgbouncer: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
-	test -x /usr/sbin/pgbouncer || apt-get install -y -q pgbouncer >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q pgbouncer)
+bench-pgbouncer: install-dev wrk pgbouncer
 	$(BIN)/python bench/pgbouncer_ab.py
 
 # The mix with one read replica against the primary alone (bench/replicas.py, a few minutes): a
 # primary and a hot standby of its own, started from PostgreSQL's binaries, and Debian's wrk.
-bench-replicas: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
+bench-replicas: install-dev wrk
 	$(BIN)/python bench/replicas.py
 
 # make bench's scale-out mode (bench/scale_out.py, a few minutes, as root): BENCH_HOSTS app hosts in
 # network namespaces behind HAProxy, the mix through it with 1, 2, ... BENCH_HOSTS in rotation.
 BENCH_HOSTS ?= 3
-bench-hosts: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
+bench-hosts: install-dev wrk
 	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
 
 # The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
 # SOAK_MINUTES (30), a line a minute: latency, errors, the server's memory, the tables that grow.
 # SOAK_HEAP=1: one worker, its heap traced, and what grew in it (bench/results/soak-heap.md).
-soak: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
+soak: install-dev wrk
 	$(BIN)/python bench/soak.py
 
-# Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
+# The benchmarks' tools, Debian's, each installed when missing (as root): the load generator,
+# the pooler the bench starts in front of its clusters, the instruction counter.
+BENCH_TOOLS := wrk pgbouncer valgrind
+.PHONY: $(BENCH_TOOLS)
+$(BENCH_TOOLS):
+	@command -v $@ >/dev/null || test -x /usr/sbin/$@ || apt-get install -y -q $@ >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q $@)
+
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in
 # one run: each app driven straight through its ASGI pipeline, interleaved rounds, medians
 # (bench/pipeline_ab.py; PostgreSQL, databases shopapi_ab_base and shopapi_ab_head).
@@ -161,14 +160,11 @@ bench-ab: install-dev
 
 # The same A/B in instructions counted by callgrind (Debian's valgrind): steadier than CPU time
 # on a busy or shared machine, for small differences (about 5 minutes).
-bench-ab-instructions: install-dev
-	command -v valgrind >/dev/null || apt-get install -y -q valgrind >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q valgrind)
+bench-ab-instructions: install-dev valgrind
 	$(BIN)/python bench/pipeline_ab.py --base $(BASE) --instructions
 
-profile: install-dev
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q wrk)
+# Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
+profile: install-dev wrk
 	$(BIN)/python bench/profile.py
 
 # How a list page's cost grows with its depth, offset against cursor (in-process).

@@ -15,7 +15,7 @@ goals (goals()), each measured, met or not.
    each with its PgBouncer, sharing the primary, the standby and Redis, round-robin from the load
    generator); then checks that the data, the rate limits and the standby stayed consistent.
 
-The primary and the standby are the bench's own clusters (tests/support/standby.py), seeded at
+The primary and the standby are the bench's own clusters (shopapi/testing/standby.py), seeded at
 each run. Every shopapi server reaches them through a PgBouncer of its own in transaction mode
 (ops/pgbouncer.ini), as a production host does: the primary as `shopapi`, the standby as the
 entry `shopapi_replica` (DATABASE_REPLICA_URLS). The baseline, the plain stack, connects
@@ -52,11 +52,6 @@ from peewee import fn
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / "tests"))  # the standby and PgBouncer of the tests, one copy
-
-from support.pgbouncer import PgBouncer  # noqa: E402
-from support.standby import primary_and_standby, wait_for  # noqa: E402
-
 from bench import cpu, plot  # noqa: E402
 from bench.seed import PRODUCTS, URL, seed  # noqa: E402
 from models import Order, OrderItem, Product, User  # noqa: E402
@@ -65,6 +60,8 @@ from models.event import Event  # noqa: E402
 from models.user import ROLE_SCOPES  # noqa: E402
 from shopapi.auth.tokens import AccessTokens  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
+from shopapi.testing.pgbouncer import PgBouncer  # noqa: E402
+from shopapi.testing.standby import primary_and_standby, wait_for  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BIN = pathlib.Path(sys.executable).parent
@@ -93,7 +90,7 @@ CATEGORIES = ("books", "kitchen", "garden", "toys")
 # The bench's clusters, whose CPU each run reads apart (main() starts them): their postmasters.
 # Empty (the other benches, on BENCH_DATABASE_URL): every postgres process on the machine.
 CLUSTERS: dict = {}
-# The clusters' settings, after the test clusters' fast ones (tests/support/standby.py): the
+# The clusters' settings, after the test clusters' fast ones (shopapi/testing/standby.py): the
 # data set (about 100 MB) in memory, room for the scale-out's PgBouncers, and a standby whose
 # reads never stop the primary's vacuum from cleaning up (else they are cancelled, or replay
 # waits). DURABLE are production's, set once the seed is in.

@@ -1,5 +1,5 @@
 """`make bench-replicas`: the load benchmark's mix (bench/load.py) against a PostgreSQL primary with
-one hot standby, started like the tests' (tests/support/standby.py), seeded with the bench's data
+one hot standby, started like the tests' (shopapi/testing/standby.py), seeded with the bench's data
 set. In interleaved rounds: shopapi with the standby taking the reads (DATABASE_REPLICA_URLS),
 shopapi on the primary alone, and the plain baseline's list on the primary. The primary's and the
 replica's CPU are read separately, each from its own process tree. Results go to
@@ -15,9 +15,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from support.standby import primary_and_standby  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from bench import cpu  # noqa: E402
 from bench.load import (  # noqa: E402
@@ -34,6 +32,7 @@ from bench.load import (  # noqa: E402
     write_clients,
     wrk,
 )
+from shopapi.testing.standby import primary_and_standby  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 WITH_REPLICA_PORT, PRIMARY_ONLY_PORT = 8210, 8211
@@ -167,7 +166,7 @@ def markdown(results: dict) -> str:
             "",
             f"{time.strftime('%Y-%m-%d', time.gmtime())}, {os.cpu_count()} cores; medians of "
             f"{ROUNDS} interleaved rounds of {ROUND_SECONDS} s per row; one primary and one hot "
-            "standby on this machine (tests/support/standby.py), the bench's data set.",
+            "standby on this machine (shopapi/testing/standby.py), the bench's data set.",
             "",
             *rows,
             "",

@@ -1,6 +1,6 @@
 """`make bench-hosts`, the load benchmark's scale-out mode: N app hosts (each `make serve-prod`
 with one worker) in network namespaces behind HAProxy, as tests/test_scale_out.py runs them
-(tests/support/hosts.py), sharing PostgreSQL and Redis. wrk drives the mix (bench/mix.lua)
+(shopapi/testing/hosts.py), sharing PostgreSQL and Redis. wrk drives the mix (bench/mix.lua)
 through the balancer with 1, 2, ... N hosts in rotation (the others set to maintenance through
 HAProxy's runtime API), in interleaved rounds: throughput per added host, with its CPU.
 
@@ -22,9 +22,6 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the topology is the scale-out test's, one copy
-
-from support.hosts import BALANCER_PORT, Hosts, unavailable_reason  # noqa: E402
 
 from bench import cpu  # noqa: E402
 from bench.load import (  # noqa: E402
@@ -41,6 +38,7 @@ from bench.load import (  # noqa: E402
     wrk,
 )
 from bench.seed import URL, reset, seed  # noqa: E402
+from shopapi.testing.hosts import BALANCER_PORT, Hosts, unavailable_reason  # noqa: E402
 
 
 class Balanced:

@@ -61,14 +61,15 @@ class DatabaseSetupError(Exception):
     """The database cannot be used as configured; the message says what to do, in one line."""
 
 
-def create_database_if_missing(url: str) -> bool:
+def create_database_if_missing(url: str, variable: str = "DATABASE_URL") -> bool:
     """Create the PostgreSQL database `url` names when it does not exist, connected to the
     server's `postgres` database as `url`'s user; whether it was created. DatabaseSetupError,
-    naming the command to run, when it cannot be reached or created."""
+    naming the command to run, when it cannot be reached or created; its message calls the URL
+    by the environment `variable` that gave it."""
     parts = urlsplit(url)
     name = unquote(parts.path.lstrip("/"))
     if not name:
-        raise DatabaseSetupError("DATABASE_URL names no database (postgresql://user@host/name)")
+        raise DatabaseSetupError(f"{variable} names no database (postgresql://user@host/name)")
 
     def connection_to(database_name: str) -> peewee.PostgresqlDatabase:
         return peewee.PostgresqlDatabase(
@@ -80,19 +81,26 @@ def create_database_if_missing(url: str) -> bool:
             connect_timeout=3,
         )
 
-    try:
-        with connection_to(name).connection_context():
-            return False
-    except peewee.OperationalError as error:
-        if f'database "{name}" does not exist' not in str(error):
+    def exists() -> bool:
+        try:
+            with connection_to(name).connection_context():
+                return True
+        except peewee.OperationalError as error:
+            if f'database "{name}" does not exist' in str(error):
+                return False
             reason = error_summary(error)
-            raise DatabaseSetupError(f"cannot connect to DATABASE_URL: {reason}") from None
+            raise DatabaseSetupError(f"cannot connect to {variable}: {reason}") from None
+
+    if exists():
+        return False
     server = connection_to("postgres")
     try:
         with server.connection_context():
             server.execute_sql(f'CREATE DATABASE "{name.replace(chr(34), chr(34) * 2)}"')
             return True
     except peewee.DatabaseError as error:
+        if exists():  # created meanwhile by another process (two test runs starting at once)
+            return False
         host, port = parts.hostname or "localhost", parts.port or 5432
         user = f" -U {unquote(parts.username)}" if parts.username else ""
         raise DatabaseSetupError(

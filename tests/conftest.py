@@ -1,10 +1,13 @@
-"""Every API test runs twice: on SQLite and on PostgreSQL (TEST_DATABASE_URL), the latter
-through PgBouncer in transaction mode, as production runs it (tests/support/pgbouncer.py).
+"""Every API test runs twice: on SQLite and on PostgreSQL, the latter in databases of the run's
+own beside TEST_DATABASE_URL's (tests/support/run_databases.py), through PgBouncer in transaction
+mode, as production runs it (shopapi/testing/pgbouncer.py).
 
-Outside CI an unreachable PostgreSQL skips its half, and a missing pgbouncer its own tests, with
-the reason shown; in CI (CI=true) either fails, so a green CI exercised both, through PgBouncer.
+Outside CI an unusable PostgreSQL skips its half, with one loud line at the end, and fails the run
+unless ALLOW_POSTGRES_SKIP=1; a missing pgbouncer skips its own tests, with the reason shown. In
+CI (CI=true) either fails, so a green CI exercised both, through PgBouncer.
 """
 
+import collections
 import functools
 import hashlib
 import json
@@ -16,20 +19,25 @@ import peewee
 import pytest
 from hypothesis import settings
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, VAPID, bearer
-from support.pgbouncer import PgBouncer, PgBouncerUnavailable
+from support.run_databases import RunDatabase, new_run_id
 
 import models.passwords
 from app import create_app
 from models import MODELS
-from models.db import create_database_if_missing, open_database, use
+from models.db import DatabaseSetupError, open_database, use
 from models.migrations import migrate
 from shopapi.auth import security
 from shopapi.settings import Settings
+from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-# Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own
-# beside TEST_DATABASE_URL's, created when missing: `test_gw0`, `test_gw1`, ...
+# Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own:
+# `test_run<id>_gw0`, `test_run<id>_gw1`, ...; a run without xdist has `test_run<id>`.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# The run's id in its databases' names, the same in all its workers.
+RUN_ID = pytest.StashKey[str]()
+# How a skip of the PostgreSQL half starts; the run's end counts them.
+POSTGRES_UNAVAILABLE = "PostgreSQL unavailable"
 
 # The property-based searches' budgets: a quick default for `make test`, and the `ci` profile
 # (HYPOTHESIS_PROFILE=ci, which .ci/run sets) for depth. The ci profile keeps Hypothesis's own
@@ -73,14 +81,23 @@ models.passwords.secrets = _OneSalt
 models.passwords._scrypt = functools.cache(models.passwords._scrypt)
 
 
-def _worker_database(url: str) -> str:
-    """`url`'s database, or this xdist worker's own next to it (created if missing)."""
-    if WORKER is None:
-        return url
-    server, _, name = url.rpartition("/")
-    own = f"{name}_{WORKER}"
-    create_database_if_missing(f"{server}/{own}")
-    return f"{server}/{own}"
+def pytest_configure(config):
+    config.addinivalue_line("markers", "postgresql: the PostgreSQL half (added to its tests here)")
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[RUN_ID] = workerinput["shopapi_run_id"] if workerinput else new_run_id()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's, in the controller: each worker's run id is the controller's."""
+    node.workerinput["shopapi_run_id"] = node.config.stash[RUN_ID]
+
+
+def pytest_itemcollected(item):
+    # `-m "not postgresql"` (make test-quick) leaves out the PostgreSQL half.
+    callspec = getattr(item, "callspec", None)
+    if callspec and callspec.params.get("database_url") == "postgresql":
+        item.add_marker(pytest.mark.postgresql)
 
 
 @pytest.hookimpl(trylast=True)
@@ -90,14 +107,47 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.module.__name__ != "test_contract")
 
 
-def _postgres_unreachable_reason() -> str | None:
-    try:
-        db = open_database(POSTGRES_URL)
-        db.connect()
-        db.close()
-    except peewee.OperationalError as error:
-        return f"PostgreSQL unreachable at {POSTGRES_URL} ({str(error).strip()})"
-    return None
+# The tests skipped because PostgreSQL could not be used, by reason: a run that tested SQLite
+# alone must not look green (tests/test_run_databases.py).
+_POSTGRES_SKIPS: collections.Counter[str] = collections.Counter()
+
+
+def _postgres_skip_allowed() -> bool:
+    return os.environ.get("ALLOW_POSTGRES_SKIP") == "1"
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        if reason.startswith(POSTGRES_UNAVAILABLE):
+            _POSTGRES_SKIPS[reason] += 1
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # After the short test summary (its many SKIPPED lines): the last line before the counts.
+    yield
+    if not _POSTGRES_SKIPS:
+        return
+    count = sum(_POSTGRES_SKIPS.values())
+    reason = _POSTGRES_SKIPS.most_common(1)[0][0]
+    verdict = (
+        "accepted, ALLOW_POSTGRES_SKIP=1"
+        if _postgres_skip_allowed()
+        else "the run fails unless ALLOW_POSTGRES_SKIP=1"
+    )
+    terminalreporter.write_sep(
+        "!",
+        f"{count} test{'s' if count > 1 else ''} skipped: {reason}; {verdict}",
+        red=True,
+        bold=True,
+    )
+
+
+def pytest_sessionfinish(session):
+    failed = WORKER is None and _POSTGRES_SKIPS and not _postgres_skip_allowed()
+    if failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def fresh_schema(url: str) -> None:
@@ -132,25 +182,32 @@ _DIRECT: dict[str, str] = {}
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database_url(request, tmp_path_factory):
-    """The database the tests' apps and servers use: on PostgreSQL, through the suite's
-    PgBouncer (straight to the server only outside CI without pgbouncer installed)."""
+    """The database the tests' apps and servers use: on PostgreSQL, this process's own, through
+    the suite's PgBouncer (straight to the server only outside CI without pgbouncer installed),
+    dropped at the end."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('sqlite')}/shopapi.db"
         fresh_schema(url)
-        return url
-    reason = _postgres_unreachable_reason()
-    if reason:
+        yield url
+        return
+    own = RunDatabase(POSTGRES_URL, request.config.stash[RUN_ID], WORKER)
+    try:
+        direct = own.create()
+    except DatabaseSetupError as error:
+        reason = f"{POSTGRES_UNAVAILABLE} at {POSTGRES_URL} ({error})"
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; CI must test PostgreSQL")
-        pytest.skip(f"{reason}; set TEST_DATABASE_URL to test PostgreSQL")
-    direct = _worker_database(POSTGRES_URL)
+        pytest.skip(reason)
     try:
-        url = request.getfixturevalue("pgbouncer").url(direct)
-    except pytest.skip.Exception:
-        url = direct
-    _DIRECT[url] = direct
-    fresh_schema(url)  # the migrations too, through PgBouncer
-    return url
+        try:
+            url = request.getfixturevalue("pgbouncer").url(direct)
+        except pytest.skip.Exception:
+            url = direct
+        _DIRECT[url] = direct
+        fresh_schema(url)  # the migrations too, through PgBouncer
+        yield url
+    finally:
+        own.drop()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """The suite's PostgreSQL half reaches the server through PgBouncer in transaction mode, as each
-production host does (ops/pgbouncer.ini; started by tests/support/pgbouncer.py): every other
+production host does (ops/pgbouncer.ini; started by shopapi/testing/pgbouncer.py): every other
 test on PostgreSQL shows the app works that way, these show that they really went through it."""
 
 import time
@@ -11,7 +11,8 @@ import pytest
 from support.breakable_database import breakable
 from support.helpers import assert_problem, bearer
 from support.live import live_server
-from support.pgbouncer import PgBouncer
+
+from shopapi.testing.pgbouncer import PgBouncer
 
 # How long a test waits for the app to answer again once PostgreSQL is back: PgBouncer tries
 # the server again server_login_retry (3 s) after a failed login; generous for a busy machine.

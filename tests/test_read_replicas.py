@@ -1,4 +1,4 @@
-"""Reads on a real hot standby (tests/support/standby.py), as a client of two servers sharing
+"""Reads on a real hot standby (shopapi/testing/standby.py), as a client of two servers sharing
 Redis sees them, one connected directly and one through PgBouncer: reads land on the replica, a
 caller reads its own writes, a stale, lagging or stopped replica is skipped, and nothing written
 is lost."""
@@ -13,13 +13,13 @@ import redis
 from support.helpers import bearer
 from support.live import live_servers
 from support.metrics_text import sample_sum
-from support.pgbouncer import PgBouncer, PgBouncerUnavailable
-from support.standby import primary_and_standby, wait_for
 
 import models
 from models.db import close_connection, database, open_database, use
 from models.migrations import migrate
 from models.routing import Route, current_route
+from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
+from shopapi.testing.standby import primary_and_standby, wait_for
 
 pytestmark = pytest.mark.slow
 

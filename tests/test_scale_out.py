@@ -1,6 +1,6 @@
 """Several hosts behind a real balancer: app instances in network namespaces of their own, behind
 HAProxy (ops/haproxy.cfg) health-checking /readyz, sharing PostgreSQL and Redis
-(tests/support/hosts.py). Requests reach every host; a rolling restart under load fails none;
+(shopapi/testing/hosts.py). Requests reach every host; a rolling restart under load fails none;
 a host killed under load fails only what it was serving, and a client retrying its order with
 its Idempotency-Key gets it created once."""
 
@@ -18,7 +18,8 @@ import psycopg2
 import pytest
 import redis
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer, wait_for
-from support.hosts import Hosts, unavailable_reason
+
+from shopapi.testing.hosts import Hosts, unavailable_reason
 
 pytestmark = pytest.mark.slow
 

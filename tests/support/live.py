@@ -4,13 +4,13 @@ cut the database away under a running server."""
 import contextlib
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
+from shopapi.testing.ports import free_port
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -27,12 +27,6 @@ SERVE_OPTIONS = (
     "--timeout-keep-alive",
     "5",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_up(base: str, process: subprocess.Popen, log: pathlib.Path | None = None) -> None:

@@ -15,7 +15,7 @@ import time
 import peewee
 
 from models.db import postgresql_arguments
-from support.live import free_port
+from shopapi.testing.ports import free_port
 
 DATABASE = "shopapi"
 # A cluster that starts in a second and writes little: nothing here must survive a crash.

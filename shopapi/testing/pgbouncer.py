@@ -1,6 +1,5 @@
 """Debian's pgbouncer in transaction mode, started from ops/pgbouncer.ini in front of a
-PostgreSQL server: for the test suite's PostgreSQL half and for the bench (bench/load.py), which
-imports this module, so it uses nothing else of the tests."""
+PostgreSQL server: for the test suite's PostgreSQL half and for the bench (bench/load.py)."""
 
 import os
 import pathlib
@@ -14,6 +13,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg2
 
+from shopapi.testing.ports import free_port
+
 OPS_CONFIG = pathlib.Path(__file__).resolve().parents[2] / "ops" / "pgbouncer.ini"
 STARTUP_DEADLINE_SECONDS = 60
 # What a test or bench instance changes in ops/pgbouncer.ini: where it listens (a free port, no
@@ -25,12 +26,6 @@ _REPLACED += ("auth_type", "auth_file", "admin_users", "stats_users")
 
 class PgBouncerUnavailable(Exception):
     """pgbouncer is not installed, or did not start; the message says which."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _quoted(text: str) -> str:
@@ -51,7 +46,7 @@ class PgBouncer:
             )
         parts = urlsplit(server_url)
         self.user = unquote(parts.username) if parts.username else pwd.getpwuid(os.getuid())[0]
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = pathlib.Path(tempfile.mkdtemp(prefix="pgbouncer-"))
         password = unquote(parts.password) if parts.password else ""
         (self.directory / "userlist.txt").write_text(f"{_quoted(self.user)} {_quoted(password)}\n")
