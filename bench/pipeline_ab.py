@@ -48,6 +48,7 @@ use(db)
 with db.connection_context():
     db.drop_tables(MODELS, safe=True, cascade=True)
     db.execute_sql("DROP TABLE IF EXISTS schema_migrations")
+    db.execute_sql("DROP TABLE IF EXISTS table_version")
 migrate(db)
 db.close_all()
 app = create_app(Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000))

@@ -87,7 +87,9 @@ def delete_device(user_id, id):
 def list_device_deliveries(user_id, device_id, **params):
     deliveries = PushDelivery.select().where(PushDelivery.device == _device(user_id, device_id))
     fetch = with_attempts(PushAttempt)
-    return list_response(PushDelivery, deliveries, params, represent_delivery, fetch=fetch)
+    return list_response(
+        PushDelivery, deliveries, params, represent_delivery, fetch=fetch, reads=(PushAttempt,)
+    )
 
 
 def get_vapid_public_key():

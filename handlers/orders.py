@@ -13,7 +13,7 @@ import flask
 from connexion.exceptions import Forbidden
 
 from handlers.product_representation import represent_product
-from models import Order, Product, User
+from models import Order, OrderItem, Product, User
 from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
@@ -65,7 +65,9 @@ def _check_status_change(body: dict, order: Order) -> None:
 
 def list_orders(**params):
     orders = current_principal().only_reachable(Order.select(), Order.user)
-    return list_response(Order, orders, params, represent, fetch=Order.with_items)
+    return list_response(
+        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem,)
+    )
 
 
 def list_user_orders(id, **params):
@@ -79,7 +81,9 @@ def list_user_orders(id, **params):
         raise User.DoesNotExist
     User.get_by_id(user_id)
     orders = Order.select().where(Order.user == user_id)
-    return list_response(Order, orders, params, represent, fetch=Order.with_items)
+    return list_response(
+        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem,)
+    )
 
 
 def _record_low_stock(items: list[dict]) -> None:

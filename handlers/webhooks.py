@@ -121,7 +121,12 @@ def delete_webhook(id):
 def list_webhook_deliveries(webhook_id, **params):
     deliveries = Delivery.select().where(Delivery.webhook == _webhook(webhook_id))
     return list_response(
-        Delivery, deliveries, params, represent_delivery, fetch=with_attempts(DeliveryAttempt)
+        Delivery,
+        deliveries,
+        params,
+        represent_delivery,
+        fetch=with_attempts(DeliveryAttempt),
+        reads=(DeliveryAttempt,),
     )
 
 

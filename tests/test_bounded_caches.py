@@ -15,6 +15,7 @@ from shopapi.contract.patterns import ecma_regex
 from shopapi.pipeline import rate_limits
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests
 from shopapi.settings import Settings
+from shopapi.web import counts
 
 SCOPES = ["products:read"]
 
@@ -135,3 +136,15 @@ def test_compiled_patterns_are_the_contracts_own_whatever_clients_send(client):
     for n in range(1, 30):
         send(n)
     assert compiled > 0 and ecma_regex.cache_info().currsize == compiled
+
+
+def test_remembered_counts_stay_within_the_bound(client, monkeypatch):
+    monkeypatch.setattr(counts, "MAX_COUNTS_KEPT", 5)
+    monkeypatch.setattr(counts, "remembered", counts._Remembered())
+    client.post("/v1/products", json={"sku": "B-1", "name": "B", "price_cents": 1, "stock": 1})
+    for n in range(12):
+        response = client.get(f"/v1/products?stock[gte]={n}")
+        assert response.status_code == 200
+        assert response.json()["meta"]["total"] == (1 if n <= 1 else 0)
+        assert len(counts.remembered) <= 5
+    assert len(counts.remembered) == 5

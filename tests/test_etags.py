@@ -160,7 +160,10 @@ def test_a_list_answers_a_weak_etag_and_304_until_it_changes(client, list_path):
     url = list_path.format(orders_of=f"/v1/users/{user['id']}/orders")
     first = client.get(url)
     assert WEAK.match(first.headers["etag"])
-    assert first.headers["etag"] == tag_of(first.json(), weak=True)
+    # Known before the page is read (docs/web.md), so not its body's hash; the same while
+    # nothing changes.
+    again = client.get(url)
+    assert (again.headers["etag"], again.json()) == (first.headers["etag"], first.json())
     not_modified = client.get(url, headers={"If-None-Match": first.headers["etag"]})
     assert not_modified.status_code == 304
     assert not_modified.headers["etag"] == first.headers["etag"]

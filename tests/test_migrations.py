@@ -24,6 +24,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0009_devices",
         "m0010_login_revocation",
         "m0011_push_leases",
+        "m0012_table_versions",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -59,6 +60,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0009_devices",),
             ("m0010_login_revocation",),
             ("m0011_push_leases",),
+            ("m0012_table_versions",),
         ]
 
 

@@ -41,7 +41,22 @@ class RateLimitMiddleware:
             await self._count(scope, operation)
             if operation.id in self.attempt_limits:
                 open_gate(scope, self.counter, operation.id, self.attempt_limits[operation.id])
+            if "rate_limit" in scope["state"]:
+                send = self._refunding_not_modified(scope, operation, send)
         await self.app(scope, receive, send)
+
+    def _refunding_not_modified(self, scope: Scope, operation: Operation, send: Send) -> Send:
+        """`send`, giving the hit back when the answer is 304: revalidating a copy is the cheap
+        way to poll, and is not counted (as GitHub's API does not count it)."""
+
+        async def send_refunding(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 304:
+                usage = scope["state"]["rate_limit"]
+                await self.counter.refund(usage.limit, operation.id, caller_of(scope))
+                scope["state"]["rate_limit"] = dataclasses.replace(usage, count=usage.count - 1)
+            await send(message)
+
+        return send_refunding
 
     async def _count(self, scope: Scope, operation: Operation) -> None:
         limit = self.limits.get(operation.id)

@@ -1,16 +1,24 @@
 """How an offset page counts its list: exactly by default, or as the client prefers
-(`Prefer: count=planned|estimated|none`, RFC 7240, the way PostgREST offers it)."""
+(`Prefer: count=planned|estimated|none`, RFC 7240, the way PostgREST offers it). An exact
+count is remembered until a table it reads changes (models/table_versions.py)."""
 
+import collections
 import json
+import threading
 
 import peewee
 
+from models import table_versions
 from models.db import database, is_postgresql
 
 # `count=estimated` counts exactly up to here, and takes the planner's estimate beyond: the count
 # then costs at most this many rows, however long the list.
 EXACT_UP_TO = 1000
 _COUNTS = {"exact", "planned", "estimated", "none"}
+# Exact counts remembered, by the count's statement (its filter and the caller's visibility are
+# in it), with the table versions each holds for; the least recently used go first. An entry is
+# its statement and two numbers, about 1 KB: 10,000 are about 10 MB.
+MAX_COUNTS_KEPT = 10_000
 
 
 def preferred(prefer: str | None) -> str | None:
@@ -25,13 +33,64 @@ def preferred(prefer: str | None) -> str | None:
     return None
 
 
-def total(query: peewee.SelectQuery, how: str) -> tuple[int | None, str]:
+class _Remembered:
+    """Exact counts by statement, each with the versions it holds for; least recently used out."""
+
+    def __init__(self):
+        self._counts: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def get(self, key, versions: str) -> int | None:
+        with self._lock:
+            held = self._counts.get(key)
+            if held is None or held[0] != versions:
+                return None
+            self._counts.move_to_end(key)
+            return held[1]
+
+    def put(self, key, versions: str, count: int) -> None:
+        with self._lock:
+            self._counts[key] = (versions, count)
+            self._counts.move_to_end(key)
+            while len(self._counts) > MAX_COUNTS_KEPT:
+                self._counts.popitem(last=False)
+
+
+remembered = _Remembered()
+
+
+def exactly(query: peewee.SelectQuery, tables: frozenset[str], versions: str | None) -> int:
+    """The rows of `query` counted exactly: remembered while the versions of `tables` (which
+    `query` reads, and maybe more) are still `versions`, read from the database the list reads
+    before this; counted again, with the versions, when they are not."""
+    if versions is None or not table_versions.versioned(tables):
+        return query.count()
+    sql, params = query.order_by().sql()
+    key = (sql, tuple(params))
+    count = remembered.get(key, versions)
+    if count is None:
+        # Counted with the versions it holds for, which may be newer than `versions`.
+        counted_at, count = table_versions.counted_with_versions(query, tables)
+        remembered.put(key, counted_at, count)
+    return count
+
+
+def total(
+    query: peewee.SelectQuery,
+    how: str,
+    tables: frozenset[str] = frozenset(),
+    versions: str | None = None,
+) -> tuple[int | None, str]:
     """The rows of `query` counted `how`, and how they were counted in the end: a planner's
-    estimate exists only on PostgreSQL, so elsewhere `planned` and `estimated` count exactly."""
+    estimate exists only on PostgreSQL, so elsewhere `planned` and `estimated` count exactly.
+    An exact count is remembered as `exactly` says."""
     if how == "none":
         return None, "none"
     if how == "exact" or not is_postgresql():
-        return query.count(), "exact"
+        return exactly(query, tables, versions), "exact"
     if how == "estimated":
         bounded = query.limit(EXACT_UP_TO + 1).count()
         if bounded <= EXACT_UP_TO:

@@ -18,6 +18,7 @@ from shopapi.web.jsonifier import OPTIONS
 _CANONICAL = OPTIONS | orjson.OPT_SORT_KEYS
 # An entity-tag: `W/` when weak, then an opaque quoted string (which may contain commas).
 _ENTITY_TAG = re.compile(r'(W/)?"([^"]*)"')
+_JSON = "application/json"
 
 
 def tag_of(representation, *, weak: bool = False) -> str:
@@ -25,6 +26,20 @@ def tag_of(representation, *, weak: bool = False) -> str:
     digest = hashlib.sha256(orjson.dumps(representation, option=_CANONICAL)).digest()
     opaque = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
     return f'W/"{opaque}"' if weak else f'"{opaque}"'
+
+
+def list_tag(*facts) -> str:
+    """A list's weak entity-tag from what its page is a function of (the versions of the tables
+    it reads, its query, the request), known before the page is read."""
+    digest = hashlib.sha256(orjson.dumps(facts, option=_CANONICAL, default=str)).digest()
+    return f'W/"{base64.urlsafe_b64encode(digest).rstrip(b"=").decode()}"'
+
+
+def revalidated(tag: str) -> bool:
+    """Whether the request revalidates a copy whose tag is `tag`, for an operation that declares
+    If-None-Match: the handler may then answer 304 without reading what it would have sent."""
+    condition = flask.g.get("revalidating")
+    return condition is not None and matches_weakly(condition, tag)
 
 
 def _listed(field_value: str) -> list[tuple[bool, str]]:
@@ -111,16 +126,20 @@ def conditional(handler, spec: dict, path: str, method: str):
 
     @functools.wraps(handler)
     def wrapper(*args, **kwargs):
+        condition = flask.request.headers.get("If-None-Match") if revalidates else None
+        flask.g.revalidating = condition
         if guarded and "If-Match" in flask.request.headers:
             with database.atomic():
                 body, status, headers = handler(*args, **kwargs)
         else:
             body, status, headers = handler(*args, **kwargs)
+        if status == 304:  # the handler found the copy current (`revalidated`) before reading it
+            return None, 304, {"Content-Type": _JSON, **headers}
         if not tagged or status != 200:
             return body, status, headers
-        tag = tag_of(body, weak=weak)
-        condition = flask.request.headers.get("If-None-Match")
-        if revalidates and condition is not None and matches_weakly(condition, tag):
+        # A handler that knows its tag before its body (`list_tag`) gives it.
+        tag = headers.get("ETag") or tag_of(body, weak=weak)
+        if condition is not None and matches_weakly(condition, tag):
             # No body. Connexion insists on knowing a content type; werkzeug drops it from a 304
             # along with the other representation headers (RFC 9110 §15.4.5).
             return None, 304, {"Content-Type": headers["Content-Type"], "ETag": tag}

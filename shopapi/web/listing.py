@@ -4,6 +4,7 @@ the `{"data", "meta", "links"}` envelope and its `Link` header. How: docs/web.md
 import dataclasses
 import datetime
 import functools
+import importlib.metadata
 import math
 import operator
 from urllib.parse import urlencode
@@ -11,8 +12,10 @@ from urllib.parse import urlencode
 import flask
 import peewee
 
+from models import table_versions
 from shopapi import internals
-from shopapi.web import counts, cursors, money
+from shopapi.auth.security import current_principal
+from shopapi.web import counts, cursors, etags, money
 from shopapi.web.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -219,10 +222,31 @@ def _link(**changes) -> str:
     return f"{flask.request.path}?{urlencode(query, doseq=True)}"
 
 
-def list_response(model, query, params: dict, represent, *, fetch=list):
+@functools.cache
+def _release() -> str:
+    # A new release may represent the same rows otherwise.
+    return importlib.metadata.version("shopapi")
+
+
+def _unchanged_since(ordered, fetch, reads, asked_count) -> tuple[frozenset, str | None, str]:
+    """The tables the page reads, their versions (None when a write to one would not move them)
+    and the page's weak ETag, which those versions, the page's query, the request and the
+    caller's visibility decide before anything else is read."""
+    sql, params = ordered.sql()
+    tables = table_versions.tables_read_by(ordered) | {m._meta.table_name for m in reads}
+    if (fetch is not list and not reads) or not table_versions.versioned(tables):
+        return tables, None, None  # what the page reads is not all known: its body is hashed
+    versions = table_versions.versions_of(tables)
+    principal = current_principal()
+    visibility = [principal.user_id, sorted(principal.scopes)]
+    request = [flask.request.full_path, asked_count, _release()]
+    return tables, versions, etags.list_tag(versions, sql, params, visibility, request)
+
+
+def list_response(model, query, params: dict, represent, *, fetch=list, reads=()):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
     `params`, each row shown by `represent`; `fetch` runs the page's query (to load related
-    rows along with it)."""
+    rows along with it), and `reads` names the other models it and `represent` read."""
     request = ListRequest(model, params)
     secret = flask.current_app.config["CURSOR_SECRET"]
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -232,6 +256,9 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
         query = query.select_extend(*request.computed)
     ordered = query.order_by(*(_order(field, desc) for field, desc in request.keys))
     per_page = request.per_page
+    tables, versions, tag = _unchanged_since(ordered, fetch, reads, asked_count)
+    if tag is not None and etags.revalidated(tag):
+        return None, 304, {"ETag": tag}
 
     if request.cursor is not None:
         position = request.read_position(request.cursor, secret)
@@ -242,7 +269,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
         links = {"self": _link(), "first": _link(cursor=None)}
     else:
         page = request.page or 1
-        total, counted = counts.total(query, asked_count or "exact")
+        total, counted = counts.total(query, asked_count or "exact", tables, versions)
         total_pages = None if total is None else math.ceil(total / per_page)
         if counted == "exact":
             rows = fetch(ordered.paginate(page, per_page))
@@ -284,4 +311,6 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
     }
     if asked_count is not None and request.cursor is None:
         headers["Preference-Applied"] = f"count={counted}"
+    if tag is not None:
+        headers["ETag"] = tag
     return body, 200, headers

@@ -1,0 +1,78 @@
+"""Each listed table's change counter (models/migrations/m0012_table_versions.py): the triggers
+move it in the transaction of every write to the table, so while it stands still, so does
+whatever was read from the table. Read where the list reads (models/routing.py)."""
+
+import re
+
+import peewee
+
+from models.db import database, is_postgresql
+
+# The tables whose writes move a counter: those that lists read.
+VERSIONED = frozenset(
+    {
+        "user",
+        "product",
+        "order",
+        "order_item",
+        "api_key",
+        "oauth_client",
+        "event",
+        "webhook",
+        "delivery",
+        "delivery_attempt",
+        "device",
+        "push_delivery",
+        "push_attempt",
+    }
+)
+# Peewee quotes every table it names; a subquery's FROM is a parenthesis, not a name.
+_TABLE = re.compile(r'\b(?:FROM|JOIN)\s+"(\w+)"')
+
+
+def tables_read_by(query: peewee.Query) -> frozenset[str]:
+    """The tables `query` reads, subqueries included."""
+    sql, _ = query.sql()
+    return frozenset(_TABLE.findall(sql))
+
+
+def versioned(tables) -> bool:
+    return bool(tables) and VERSIONED.issuperset(tables)
+
+
+def _versions_sql(tables: frozenset[str]) -> peewee.SQL:
+    # Every counter of the tables, not their sum: on PostgreSQL a standby may make commits
+    # visible in another order than the primary did, and only the counters one by one then
+    # still tell two states apart.
+    ordered = sorted(tables)
+    params = ", ".join([database.param] * len(ordered))
+    if is_postgresql():
+        aggregate = "string_agg(table_name || ':' || version, ',' ORDER BY table_name, shard)"
+        source = "table_version"
+    else:
+        aggregate = "group_concat(table_name || ':' || version, ',')"
+        source = "(SELECT * FROM table_version ORDER BY table_name, shard)"
+    statement = f"(SELECT {aggregate} FROM {source} WHERE table_name IN ({params}))"  # noqa: S608
+    return peewee.SQL(statement, ordered)
+
+
+def _which_database() -> str:
+    # One process may serve from more than one database (the tests do, SQLite and PostgreSQL):
+    # equal counters of two of them say nothing.
+    return f"{type(database.obj).__name__}:{database.obj.database}"
+
+
+def versions_of(tables: frozenset[str]) -> str:
+    """The counters of `tables` as one string, which changes whenever any of them is written."""
+    (versions,) = database.execute(peewee.Select(columns=[_versions_sql(tables)])).fetchone()
+    return f"{_which_database()}/{versions}"
+
+
+def counted_with_versions(query: peewee.SelectQuery, tables: frozenset[str]) -> tuple[str, int]:
+    """The rows of `query` counted, and the counters of `tables` that count holds for: one
+    statement, so that both are read from one snapshot of one database."""
+    wrapped = query.order_by().alias("counted")
+    count = peewee.Select([wrapped], [peewee.fn.COUNT(peewee.SQL("1"))])
+    statement = peewee.Select(columns=[_versions_sql(tables), count])
+    versions, total = database.execute(statement).fetchone()
+    return f"{_which_database()}/{versions}", total
