@@ -91,6 +91,11 @@ class _Bundle:
             return self._walk(self._target(file, pointer), file)
         _, kind, name = parts
         content = self._walk(self._target(file, pointer), file)
+        local = {"$ref": f"#/components/{kind}/{name}"}
+        if content == local:
+            # A component that is another file's of the same name (v2's `page` is openapi.yaml's,
+            # which v3 takes through v2): the one already brought in.
+            return local
         entries = self.components.setdefault(kind, {})
         existing = entries.get(name)
         # Absent, or this spec's own entry referring to the very same component: bring it in.
@@ -101,7 +106,7 @@ class _Bundle:
                 f"{file}#{pointer} is referred to, but this spec has another "
                 f"components/{kind}/{name}"
             )
-        return {"$ref": f"#/components/{kind}/{name}"}
+        return local
 
 
 def _is_external(node) -> bool:

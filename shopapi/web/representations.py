@@ -69,8 +69,8 @@ def _bad_amount(name: str, detail: str) -> ValidationProblem:
     return ValidationProblem([{"pointer": f"/{name}/amount", "detail": detail}])
 
 
-# How each version after v1 changes v1's representations: (shown, read).
-_CHANGES = {2: (_money_shown, _money_read)}
+# How each version after v1 changes v1's representations: (shown, read). v3 shows money as v2.
+_CHANGES = {2: (_money_shown, _money_read), 3: (_money_shown, _money_read)}
 
 
 def in_version(fields: dict, version: int) -> dict:
