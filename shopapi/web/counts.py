@@ -1,5 +1,5 @@
-"""How an offset page counts its list: exactly by default, or as the client prefers
-(`Prefer: count=planned|estimated|none`, RFC 7240, the way PostgREST offers it)."""
+"""How an offset page counts its list: by default exactly in v1 and v2 and not at all from v3, or
+as the client prefers (`Prefer: count=exact|planned|estimated|none`, RFC 7240, as PostgREST)."""
 
 import json
 
@@ -11,6 +11,12 @@ from models.db import database, is_postgresql
 # then costs at most this many rows, however long the list.
 EXACT_UP_TO = 1000
 _COUNTS = {"exact", "planned", "estimated", "none"}
+
+
+def by_default(version: int) -> str:
+    """How a list of `version` counts when Prefer does not say: exactly in v1 and v2, which
+    always did; not at all from v3 on, where a count is work only the clients that show one ask."""
+    return "exact" if version < 3 else "none"
 
 
 def preferred(prefer: str | None) -> str | None:

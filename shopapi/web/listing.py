@@ -12,7 +12,7 @@ import flask
 import peewee
 
 from shopapi import internals
-from shopapi.web import counts, cursors, money
+from shopapi.web import counts, cursors, money, representations
 from shopapi.web.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -219,10 +219,11 @@ def _link(**changes) -> str:
     return f"{flask.request.path}?{urlencode(query, doseq=True)}"
 
 
-def list_response(model, query, params: dict, represent, *, fetch=list):
+def list_response(model, query, params: dict, represent, *, fetch=list, kept=()):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
     `params`, each row shown by `represent`; `fetch` runs the page's query (to load related
-    rows along with it)."""
+    rows along with it). `kept`: top-level fields that `fields` does not select away (what the
+    request expanded)."""
     request = ListRequest(model, params)
     secret = flask.current_app.config["CURSOR_SECRET"]
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -242,7 +243,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
         links = {"self": _link(), "first": _link(cursor=None)}
     else:
         page = request.page or 1
-        total, counted = counts.total(query, asked_count or "exact")
+        how = asked_count or counts.by_default(representations.current_version())
+        total, counted = counts.total(query, how)
         total_pages = None if total is None else math.ceil(total / per_page)
         if counted == "exact":
             rows = fetch(ordered.paginate(page, per_page))
@@ -277,7 +279,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list):
 
     data = [represent(row) for row in rows]
     if request.fields:
-        data = [{name: item[name] for name in request.fields} for item in data]
+        selected = [*request.fields, *(name for name in kept if name not in request.fields)]
+        data = [{name: item[name] for name in selected} for item in data]
     body = {"data": data, "meta": meta, "links": links}
     headers = {
         "Link": ", ".join(f'<{url}>; rel="{rel}"' for rel, url in links.items() if rel != "self")
