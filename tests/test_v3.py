@@ -268,3 +268,99 @@ def test_a_page_of_expanded_orders_costs_one_query_per_relation(client, caplog):
     assert _reads_of(large, "product") == _reads_of(small, "product") == 1
     assert _reads_of(large, "order_item") == _reads_of(small, "order_item") == 1
     assert len(large) == len(small)
+
+
+def _item(sku: str, amount: str = "9.90", **fields) -> dict:
+    return {"sku": sku, "name": f"Product {sku}", "price": _money(amount), "stock": 5, **fields}
+
+
+def _events(client) -> list[tuple[str, int]]:
+    events = client.get("/v3/events", params={"per_page": 100}).json()["data"]
+    return [(event["type"], event["data"]["id"]) for event in events]
+
+
+def test_a_batch_creates_and_replaces_products_by_sku(client):
+    existing = create_v3_product(client, sku="OLD-1", price=_money("1.00"))
+    unchanged = create_v3_product(client, sku="SAME-1", price=_money("2.00"), stock=3)
+    same = {k: unchanged[k] for k in ("sku", "name", "description", "price", "stock")}
+    same |= {"category": unchanged["category"], "active": unchanged["active"]}
+    before = _events(client)
+    batch = [
+        _item("NEW-1"),
+        _item("OLD-1", "4.50", stock=7),
+        same,
+        _item("NEW-2", "300"),
+    ]
+    batch[3]["price"] = _money("300", "JPY")
+    response = client.post("/v3/products/batch", json={"products": batch})
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert [p["sku"] for p in data] == ["NEW-1", "OLD-1", "SAME-1", "NEW-2"]
+    assert data[1]["id"] == existing["id"] and data[1]["price"] == _money("4.50")
+    assert data[2] == unchanged  # equal to what is stored: untouched
+    assert data[3]["price"] == _money("300", "JPY")
+    for product in data:
+        assert client.get(f"/v3/products/{product['id']}").json() == product
+    # An event for each product really created or changed, none for the unchanged one.
+    assert sorted(_events(client)[len(before) :]) == sorted(
+        [
+            ("product.created", data[0]["id"]),
+            ("product.updated", existing["id"]),
+            ("product.created", data[3]["id"]),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, status, pointer",
+    [
+        ({"price": _money("1.234")}, 400, "/products/2/price/amount"),
+        ({"price": {"amount": "ten", "currency": "EUR"}}, 400, "/products/2/price/amount"),
+        ({"name": ""}, 400, "/products/2/name"),
+        ({"id": 5}, 400, "/products/2/id"),
+        ({"sku": "NEW-1"}, 422, "/products/2/sku"),  # the SKU of /products/0 again
+    ],
+)
+def test_a_bad_item_changes_nothing_and_is_pointed_at(client, bad, status, pointer):
+    existing = create_v3_product(client, sku="OLD-1", price=_money("1.00"))
+    before = _events(client)
+    batch = [_item("NEW-1"), _item("OLD-1", "4.50"), {**_item("NEW-2"), **bad}]
+    body = assert_problem(client.post("/v3/products/batch", json={"products": batch}), status)
+    assert pointer in [error.get("pointer") for error in body["errors"]], body
+    assert client.get(f"/v3/products/{existing['id']}").json() == existing
+    assert client.get("/v3/products", params={"sku[in]": "NEW-1,NEW-2"}).json()["data"] == []
+    assert _events(client) == before
+
+
+def test_a_batch_holds_one_to_a_thousand_products(client):
+    assert_problem(client.post("/v3/products/batch", json={"products": []}), 400)
+    too_many = [_item(f"MANY-{n}") for n in range(1001)]
+    assert_problem(client.post("/v3/products/batch", json={"products": too_many}), 400)
+    thousand = [_item(f"MANY-{n}") for n in range(1000)]
+    response = client.post("/v3/products/batch", json={"products": thousand})
+    assert response.status_code == 200, response.text
+    assert len(response.json()["data"]) == 1000
+    counted = client.get("/v3/products", headers={"Prefer": "count=exact"}).json()
+    assert counted["meta"]["total"] == 1000
+
+
+def test_a_batch_takes_products_write_and_an_idempotency_key(client, anonymous):
+    customer = create_user(client)
+    body = {"products": [_item("IDEM-1")]}
+    assert_problem(anonymous.post("/v3/products/batch", json=body), 401)
+    forbidden = anonymous.post("/v3/products/batch", json=body, headers=bearer_for(customer))
+    assert_problem(forbidden, 403)
+    key = {"Idempotency-Key": "batch-key-1"}
+    first = client.post("/v3/products/batch", json=body, headers=key)
+    again = client.post("/v3/products/batch", json=body, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert again.headers["idempotent-replayed"] == "true"
+    other = client.post("/v3/products/batch", json={"products": [_item("IDEM-2")]}, headers=key)
+    assert_problem(other, 422)
+
+
+def test_the_batch_has_its_own_rate_limit_in_the_contract(anonymous):
+    operation = anonymous.get("/v3/openapi.json").json()["paths"]["/products/batch"]["post"]
+    assert operation["x-rate-limit"] == "30/minute"
+    assert "/products/batch" not in anonymous.get("/v2/openapi.json").json()["paths"]
