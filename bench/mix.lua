@@ -3,7 +3,7 @@
 --                products = <count>, categories = {...}}: who the virtual clients are
 --   BENCH_MIX    "mix": list products with a filter and a sort 40 %, get a product 30 %, list my
 --                orders 15 %, place an order 10 %, patch a product 5 %; or one of them alone:
---                "list", "get", "orders", "create", "patch"
+--                "list", "list_v3" (the same list in v3, uncounted), "get", "orders", "create", "patch"
 --   BENCH_RATE   requests/s per wrk thread, sent on a fixed schedule (wrk2's constant rate);
 --                unset or 0: as fast as the server answers
 --   BENCH_ADDRS  host:port,host:port: the servers, one per thread in turn (round-robin);
@@ -83,8 +83,15 @@ local function list_products(user)
   return wrk.format("GET", path, bearer(user[2]))
 end
 
+-- v3's list of the same page: uncounted (no `Prefer: count=`), where v1's counts it exactly.
+local function list_products_v3(user)
+  local path = "/v3/products?category=" .. any(data.categories) .. "&sort=-price.amount&per_page=20"
+  return wrk.format("GET", path, bearer(user[2]))
+end
+
 local requests = {
   list = list_products,
+  list_v3 = list_products_v3,
   get = function(user)
     return wrk.format("GET", "/v1/products/" .. math.random(data.products), bearer(user[2]))
   end,

@@ -13,6 +13,7 @@ import flask
 from connexion.exceptions import Forbidden
 
 from handlers.product_representation import represent_product
+from handlers.users import represent as represent_user
 from models import Order, OrderItem, Product, User
 from models.db import database
 from shopapi.auth.security import current_principal
@@ -63,10 +64,62 @@ def _check_status_change(body: dict, order: Order) -> None:
         raise Forbidden("Only an admin moves an order on; you may cancel it.")
 
 
-def list_orders(**params):
+# What `expand` may bring along (v3), and the scope that reading it on its own takes.
+_EXPANSIONS = {"user": "users:read", "items.product": "products:read"}
+# The model each expansion reads (a list's ETag follows the tables its body shows).
+_EXPANDED_MODELS = {"user": User, "items.product": Product}
+
+
+def _check_expand(expand: list[str]) -> None:
+    scopes = current_principal().scopes
+    for path in expand:
+        if _EXPANSIONS[path] not in scopes:
+            raise Forbidden(f"expand={path} takes the {_EXPANSIONS[path]} scope.")
+
+
+def _expanded(orders: list[Order], expand: list[str]) -> list[Order]:
+    """`orders` (with their items) with what `expand` asks for loaded: one query per relation,
+    whatever the number of orders. An order the caller reaches has a user it reaches."""
+    if "user" in expand and orders:
+        wanted = {order.user_id for order in orders}
+        users = {user.id: user for user in User.select().where(User.id.in_(wanted))}
+        for order in orders:
+            order.expanded_user = users[order.user_id]
+    items = [item for order in orders for item in order.items]
+    if "items.product" in expand and items:
+        wanted = {item.product_id for item in items}
+        products = {p.id: p for p in Product.select().where(Product.id.in_(wanted))}
+        for item in items:
+            item.expanded_product = products[item.product_id]
+    return orders
+
+
+def _shown(expand: list[str]):
+    """An order's representation with the expansions `_expanded` loaded."""
+
+    def show(order: Order) -> dict:
+        shown = represent(order)
+        if "user" in expand:
+            shown["user"] = represent_user(order.expanded_user)
+        if "items.product" in expand:
+            for shown_item, item in zip(shown["items"], order.items, strict=True):
+                shown_item["product"] = represent_product(item.expanded_product)
+        return shown
+
+    return show
+
+
+def list_orders(expand=(), **params):
+    _check_expand(expand)
     orders = current_principal().only_reachable(Order.select(), Order.user)
     return list_response(
-        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem,)
+        Order,
+        orders,
+        params,
+        _shown(expand),
+        fetch=lambda page: _expanded(Order.with_items(page), expand),
+        reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
+        kept=["user"] if "user" in expand else [],
     )
 
 
@@ -107,8 +160,12 @@ def create_order(body):
     return created(represent(order), order.id)
 
 
-def get_order(id):
-    return represent(_reachable(id))
+def get_order(id, expand=()):
+    _check_expand(expand)
+    order = _reachable(id)
+    if expand:
+        _expanded(Order.with_items([order]), expand)
+    return _shown(expand)(order)
 
 
 def _changed(id: int, changes: dict) -> dict:

@@ -9,11 +9,35 @@ from models.db import database
 from shopapi.events import outbox
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
+from shopapi.web.representations import read
 from shopapi.web.responses import created
 
 
 def list_products(**params):
     return list_response(Product, Product.select(), params, represent)
+
+
+def upsert_products(body):
+    """v3's catalogue batch: each item created, or replaced by its SKU, in one transaction."""
+    items = [read(item, f"/products/{n}") for n, item in enumerate(body["products"])]
+    threshold = flask.current_app.config["LOW_STOCK_THRESHOLD"]
+    with database.atomic():
+        stored = Product.by_skus_for_update([item["sku"] for item in items])
+        products = []
+        for item in items:
+            product = stored.get(item["sku"])
+            if product is None:
+                product = Product.new(item)
+                outbox.record("product.created", product, represent)
+            else:
+                stock_before = product.stock
+                if product.replace(item):
+                    product.save()
+                    outbox.record("product.updated", product, represent)
+                    if product.fell_below(threshold, stock_before):
+                        outbox.record("product.low_stock", product, represent)
+            products.append(product)
+    return {"data": [represent(product) for product in products]}
 
 
 def create_product(body):

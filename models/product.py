@@ -3,7 +3,8 @@ from typing import ClassVar
 import peewee
 
 from models.base import BaseModel
-from models.errors import Conflict, OutOfStock
+from models.db import database, is_postgresql
+from models.errors import Conflict, InvalidReference, OutOfStock
 from models.fields import utc_now
 
 # The largest stock a product holds: the contract's bound, and PostgreSQL's `integer`.
@@ -33,6 +34,23 @@ class Product(BaseModel):
         "category",
         "active",
     )
+
+    @classmethod
+    def by_skus_for_update(cls, skus: list[str]) -> dict[str, "Product"]:
+        """The products of these SKUs, by SKU, locked as `get_for_update` locks one (in SKU
+        order, so two batches cannot deadlock each other). A SKU twice is an InvalidReference
+        at its second place in `skus`."""
+        first = {}
+        for index, sku in enumerate(skus):
+            if sku in first:
+                raise InvalidReference(
+                    f"/products/{index}/sku", f"{sku!r} is also /products/{first[sku]}'s."
+                )
+            first[sku] = index
+        query = cls.select().where(cls.sku.in_(skus)).order_by(cls.sku)
+        if is_postgresql() and database.in_transaction():
+            query = query.for_update()
+        return {product.sku: product for product in query}
 
     @classmethod
     def take_stock(cls, product_id: int, quantity: int) -> None:

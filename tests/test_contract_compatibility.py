@@ -1,17 +1,30 @@
-"""v1 never breaks: the contract in spec/ still serves every client of the committed v1
-snapshot; and the check is shown to catch each kind of breaking change, on a temporary copy of
-the spec, while letting additions through."""
+"""v1, v2 and v3 never break: the contracts in spec/ still serve every client of the committed
+snapshots (tests/contracts/); and the check is shown to catch each kind of breaking change, on
+a temporary copy of the spec, while letting additions through."""
 
 import json
 
 import pytest
 import yaml
-from support.contract_compatibility import SNAPSHOT, SOURCE, breaking_changes, served_v1_contract
+from support.contract_compatibility import (
+    SNAPSHOT,
+    SOURCE,
+    breaking_changes,
+    served_contract,
+    served_v1_contract,
+    snapshot_of,
+)
 
 
 def test_the_v1_contract_keeps_everything_the_snapshot_promised():
     snapshot = json.loads(SNAPSHOT.read_text())
     assert breaking_changes(snapshot, served_v1_contract()) == []
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_each_version_keeps_everything_its_snapshot_promised(version):
+    snapshot = json.loads(snapshot_of(version).read_text())
+    assert breaking_changes(snapshot, served_contract(version)) == []
 
 
 def _edited_copy(tmp_path, edit) -> dict:

@@ -1,4 +1,4 @@
-"""The contracts as served (/v1/openapi.json, /v2/openapi.json) hold up in the tools that client
+"""The contracts as served (/v1/, /v2/ and /v3/openapi.json) hold up in the tools that client
 developers and API designers point at them. Redocly and Spectral, with the repo's redocly.yaml and
 .spectral.yaml, find nothing: no error, no warning. The TypeScript types that openapi-typescript
 generates from them are usable: tests/contract_tools/client.ts, written as a client writes
@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tests" / "contract_tools"
 BIN = TOOLS / "node_modules" / ".bin"
 CLIENT = TOOLS / "client.ts"
-VERSIONS = ("v1", "v2")
+VERSIONS = ("v1", "v2", "v3")
 # Each tool's run, on a contract of some hundred kilobytes on a small machine, is seconds; a hung
 # one fails the test instead of stalling the suite.
 TIMEOUT_S = 300
@@ -91,7 +91,7 @@ def _run(*command: str | pathlib.Path, cwd: pathlib.Path) -> Run:
 
 @pytest.fixture(scope="module")
 def contracts(tmp_path_factory) -> dict[str, pathlib.Path]:
-    """Each version's served contract, written to a file. One app serves both, built here
+    """Each version's served contract, written to a file. One app serves them all, built here
     rather than by the `anonymous` fixture, which builds one per database: the contract does not
     depend on the database (serving it opens none), and the tools take seconds a run, too long to
     run again for each backend."""

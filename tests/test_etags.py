@@ -221,7 +221,7 @@ def test_a_stale_if_match_is_412_and_changes_nothing(client, resource, method):
     assert after.headers["etag"] == before.headers["etag"]
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_a_webhook_has_a_strong_etag_and_takes_both_conditions(client, version):
     hook = {"url": "https://hooks.example.com/etags", "events": ["order.created"]}
     url = f"/{version}/webhooks/{client.post(f'/{version}/webhooks', json=hook).json()['id']}"

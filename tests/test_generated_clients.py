@@ -1,12 +1,13 @@
 """Clients generated from the served contracts work, as a client developer would use them.
 
 openapi-python-client (pinned in the dev extras: its output changes between releases) generates a
-client from `/v1/openapi.json` and from `/v2/openapi.json` as a live server serves them. The
+client from `/v1/`, `/v2/` and `/v3/openapi.json` as a live server serves them. The
 generator must print no warning: each one is a part of the contract it skipped (a response, a
 request body, a model), so generated clients would silently lack it. The generated v1 client then
 drives a live server through its typed `sync_detailed` functions and models: the password grant,
 products, both kinds of list filter, a cursor walk, an order paid and its events, and errors read
-as the `Problem` model; the v2 client writes and reads money.
+as the `Problem` model; the v2 client writes and reads money; the v3 client syncs a batch, reads
+an expanded order and a list without a count and with one.
 """
 
 import dataclasses
@@ -30,7 +31,7 @@ from support.live import live_server
 pytestmark = pytest.mark.slow
 
 ADMIN = {"ADMIN_EMAIL": "client-admin@example.com", "ADMIN_PASSWORD": "client-admin-pass"}
-VERSIONS = ("v1", "v2")
+VERSIONS = ("v1", "v2", "v3")
 # Far past any id the tests create, and within the contract's int32 bounds.
 ABSENT_ID = 2_147_483_647
 # The generated clients wait 5 s by default; a live server on a busy machine (other servers,
@@ -74,7 +75,7 @@ def _generator_unavailable() -> None:
 
 def _generate(version: str, contract: bytes, directory: pathlib.Path) -> GeneratedClient:
     """Run the generator on one served contract. Each version gets a package name of its own,
-    so the v1 and v2 clients can be imported side by side."""
+    so the clients of all versions can be imported side by side."""
     package = f"shopapi_{version}_client"
     source = directory / f"{version}.json"
     source.write_bytes(contract)
@@ -126,7 +127,7 @@ def _generate_both(directory: pathlib.Path) -> dict[str, GeneratedClient]:
 
 @pytest.fixture(scope="session")
 def generated(tmp_path_factory, worker_id):
-    """Both versions' clients, generated once from a server of their own: the contract does not
+    """Every version's client, generated once from a server of their own: the contract does not
     depend on the data (that server never touches its database), and the flows on SQLite and on
     PostgreSQL drive the same clients. Under pytest-xdist, once a run: the first worker to need
     them generates them into the run's directory, the others wait for it (tens of seconds of
@@ -204,6 +205,11 @@ def v1(generated, server):
 @pytest.fixture(scope="module")
 def v2(generated, server):
     return generated["v2"], log_in(generated["v2"], server)
+
+
+@pytest.fixture(scope="module")
+def v3(generated, server):
+    return generated["v3"], log_in(generated["v3"], server)
 
 
 def expect(response, status: HTTPStatus):
@@ -401,3 +407,59 @@ def test_v2_writes_and_reads_money(v2):
     product = expect(response, HTTPStatus.OK)
     assert isinstance(product.price, models.Money), type(product.price)
     assert product.price.amount == "12.50"
+
+
+def test_v3_syncs_a_batch_expands_an_order_and_counts_only_when_asked(v3):
+    client, api = v3
+    models = client.models
+    marker = tag()
+    batch = models.ProductBatch(
+        products=[
+            models.ProductInput(
+                sku=f"{marker}-{n}",
+                name=f"Mug {marker} {n}",
+                price=models.Money(amount=f"{n}.50", currency="EUR"),
+                stock=10,
+            )
+            for n in range(1, 4)
+        ]
+    )
+    upsert = client.operation("products", "upsert_products")
+    synced = expect(upsert.sync_detailed(client=api, body=batch), HTTPStatus.OK)
+    assert [p.sku for p in synced.data] == [f"{marker}-{n}" for n in range(1, 4)]
+    bad = models.ProductBatch(
+        products=[
+            batch.products[0],
+            models.ProductInput(
+                sku=f"{marker}-1", name="x", price=models.Money(amount="1", currency="EUR")
+            ),
+        ]
+    )
+    problem = expect_problem(
+        client, upsert.sync_detailed(client=api, body=bad), HTTPStatus.UNPROCESSABLE_ENTITY
+    )
+    assert problem.errors, problem
+
+    user = create_user(client, api, marker)
+    placed = client.operation("orders", "create_order").sync_detailed(
+        client=api,
+        body=models.NewOrder(
+            user_id=user.id,
+            items=[models.OrderItem(product_id=p.id, quantity=1) for p in synced.data[:2]],
+        ),
+    )
+    order = expect(placed, HTTPStatus.CREATED)
+    expand = [models.OrderExpansion.USER, models.OrderExpansion.ITEMS_PRODUCT]
+    response = client.operation("orders", "get_order").sync_detailed(
+        order.id, client=api, expand=expand
+    )
+    expanded = expect(response, HTTPStatus.OK)
+    assert expanded.user.email == user.email
+    assert [item.product.sku for item in expanded.items] == [f"{marker}-1", f"{marker}-2"]
+
+    listing = client.operation("orders", "list_orders")
+    uncounted = expect(listing.sync_detailed(client=api, user_id=user.id), HTTPStatus.OK)
+    assert len(uncounted.data) == 1
+    assert "total" not in uncounted.meta.to_dict()
+    counted = listing.sync_detailed(client=api, user_id=user.id, prefer="count=exact")
+    assert expect(counted, HTTPStatus.OK).meta.total == 1

@@ -309,7 +309,7 @@ def test_malformed_token_requests_get_rfc6749_errors(anonymous, form, error):
     _assert_oauth_error(anonymous.post(TOKEN, data=form), 400, error)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_the_contract_requires_a_grant_type_it_names(anonymous, version):
     """Generated clients and Swagger UI's example mode make grant_type a required choice, not an
     optional text; the grants' own parameters are told in each one's description."""

@@ -81,7 +81,7 @@ def test_delete_answers_204_then_404(client):
     assert_problem(client.delete(f"/v1/products/{product['id']}"), 404)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_a_204_has_no_content_type(client, version):
     """No content has no media type: a client that reads Content-Type must not take an empty
     204 for a problem document."""

@@ -18,7 +18,7 @@ def test_the_installed_package_is_this_release():
     assert importlib.metadata.version("shopapi") == RELEASE
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_every_served_contract_names_this_release(anonymous, version):
     assert anonymous.get(f"/{version}/openapi.json").json()["info"]["version"] == RELEASE
 

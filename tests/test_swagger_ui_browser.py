@@ -91,8 +91,8 @@ def admin_token(base: str) -> str:
     return response.json()["access_token"]
 
 
-def open_authorize_dialog(page, base: str):
-    page.goto(f"{base}/v1/ui/")
+def open_authorize_dialog(page, base: str, version: str = "v1"):
+    page.goto(f"{base}/{version}/ui/")
     page.get_by_role("button", name="Authorize").click()
     dialog = page.locator(".modal-ux")
     expect(dialog.get_by_role("heading", name="Available authorizations")).to_be_visible()
@@ -104,10 +104,10 @@ def close_dialog(page, dialog):
     expect(dialog).to_have_count(0)
 
 
-def authorise_with_password(page, base: str):
+def authorise_with_password(page, base: str, version: str = "v1"):
     """Authorize under `oauth2 (password)` as a person would: email, password, every scope, and
     the rest of the form (client id, secret and where they go) left as Swagger UI offers it."""
-    dialog = open_authorize_dialog(page, base)
+    dialog = open_authorize_dialog(page, base, version)
     section = dialog.locator(".auth-container").filter(
         has=page.get_by_role("heading", name="oauth2 (OAuth2, password)")
     )
@@ -163,15 +163,20 @@ def base(database_url, tmp_path_factory):
         yield base
 
 
-def try_it_out(page, operation_id: str, body: dict | None = None) -> str:
+def try_it_out(
+    page, operation_id: str, body: dict | None = None, *, tag: str = "products", choose=None
+) -> str:
     """Run an operation from its panel and return the status the page shows for the live
-    response. The panel is left closed and out of "Try it out", as the other tests expect it."""
-    operation = page.locator(f"#operations-products-{operation_id}")
+    response; `choose(operation)` fills in its parameters. The panel is left closed and out of
+    "Try it out", as the other tests expect it."""
+    operation = page.locator(f"#operations-{tag}-{operation_id}")
     operation.locator(".opblock-summary").click()
     operation.get_by_role("button", name="Try it out").click()
     if body is not None:
         # The textarea holds the schema's example; replace it.
         operation.locator("textarea.body-param__text").fill(json.dumps(body))
+    if choose is not None:
+        choose(operation)
     operation.get_by_role("button", name="Execute").click()
     status = operation.locator(".live-responses-table tbody .response-col_status")
     expect(status).to_have_count(1)
@@ -218,6 +223,34 @@ def test_a_partner_authorises_with_an_api_key(base, page):
     close_dialog(page, dialog)
 
     assert try_it_out(page, "list_products") == "200"
+
+
+def test_a_person_syncs_a_batch_and_expands_an_order_in_the_v3_docs(base, page):
+    authorise_with_password(page, base, "v3")
+    price = {"amount": "2.50", "currency": "EUR"}
+    batch = {"products": [{"sku": "UI-V3-1", "name": "From a batch", "price": price, "stock": 4}]}
+    assert try_it_out(page, "upsert_products", batch) == "200"
+
+    with httpx.Client(
+        base_url=f"{base}/v3", headers={"Authorization": f"Bearer {admin_token(base)}"}
+    ) as api:
+        [product] = api.get("/products", params={"sku": "UI-V3-1"}).json()["data"]
+        assert product["price"] == price  # the page's 200 was the product stored
+        user = {"email": "ui-v3@example.com", "name": "V3", "password": "correct horse"}
+        customer = api.post("/users", json=user).json()
+        items = [{"product_id": product["id"], "quantity": 1}]
+        order = api.post("/orders", json={"user_id": customer["id"], "items": items}).json()
+
+    def expand_everything(operation):
+        operation.locator('tr[data-param-name="id"] input').fill(str(order["id"]))
+        expand = operation.locator('tr[data-param-name="expand"] select')
+        expand.select_option(["user", "items.product"])
+
+    sent = []
+    page.on("request", lambda request: sent.append(request.url))
+    assert try_it_out(page, "get_order", tag="orders", choose=expand_everything) == "200"
+    [url] = [u for u in sent if urlsplit(u).path == f"/v3/orders/{order['id']}"]
+    assert "expand=user%2Citems.product" in url or "expand=user,items.product" in url, url
 
 
 # A docs reader's "Try it out": every list, and replacing or changing a product, run with the

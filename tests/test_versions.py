@@ -269,16 +269,16 @@ def test_writes_through_an_unversioned_path_use_the_chosen_version(client):
 @pytest.mark.parametrize(
     "accept",
     [
-        "application/vnd.shopapi.v3+json",
-        "application/json; version=3",
+        "application/vnd.shopapi.v4+json",
+        "application/json; version=4",
         "application/json; version=two",
-        "application/vnd.shopapi.v3+json, application/json;q=0",
+        "application/vnd.shopapi.v4+json, application/json;q=0",
     ],
 )
 def test_a_version_not_served_is_406(client, accept):
     response = client.get("/products", headers={"Accept": accept})
     body = assert_problem(response, 406)
-    assert "1, 2" in body["detail"]
+    assert "1, 2, 3" in body["detail"]
     assert "Accept" in response.headers["vary"]
 
 
@@ -336,8 +336,8 @@ def test_the_contract_and_the_code_agree_on_each_currency_minor_units(anonymous)
 
 
 def test_an_unserved_default_version_is_refused_at_start(app_with):
-    with pytest.raises(ConfigurationError, match="API_DEFAULT_VERSION 3"):
-        app_with(default_api_version=3)
+    with pytest.raises(ConfigurationError, match="API_DEFAULT_VERSION 4"):
+        app_with(default_api_version=4)
 
 
 def test_each_version_has_its_own_etag_for_one_product(client):

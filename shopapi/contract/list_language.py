@@ -40,11 +40,12 @@ def _resolve(schema: dict, schemas: dict) -> dict:
 
 
 def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
-    """The properties a list shows: every one but the write-only."""
+    """The properties a list shows: every one but the write-only, and those only `expand`
+    brings (`x-expansion`: another resource, filtered in its own list)."""
     properties = {}
     for name, schema in resource.get("properties", {}).items():
         schema = _resolve(schema, schemas)
-        if not schema.get("writeOnly"):
+        if not schema.get("writeOnly") and "x-expansion" not in schema:
             properties[name] = schema
     return properties
 

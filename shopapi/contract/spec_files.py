@@ -10,6 +10,8 @@ import yaml
 # libyaml's parser, when PyYAML has it (its wheels do): the pure-Python one is much slower, on
 # every start (bench/results/design-measurements.md).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The extension by which a spec replaces components of the files it takes from.
+REPLACES = "x-replaces-components"
 
 
 def load(path: pathlib.Path) -> dict:
@@ -36,6 +38,11 @@ class _Bundle:
         self.directory = path.parent
         self.documents: dict[str, dict] = {}
         spec = _parse(path)
+        # Components of the files this spec takes from that its own same-named ones stand for,
+        # wherever the parts it takes refer to them: `{parameters: [Prefer]}`.
+        self.replaced = {
+            (kind, name) for kind, names in spec.pop(REPLACES, {}).items() for name in names
+        }
         self.components = spec.setdefault("components", {})
         # This spec's components that are another file's (`Problem: {$ref: 'openapi.yaml#/...'}`).
         for kind in list(self.components):
@@ -90,7 +97,14 @@ class _Bundle:
         if len(parts) != 3 or parts[0] != "components":
             return self._walk(self._target(file, pointer), file)
         _, kind, name = parts
+        local = {"$ref": f"#/components/{kind}/{name}"}
+        if (kind, name) in self.replaced:
+            return local
         content = self._walk(self._target(file, pointer), file)
+        if content == local:
+            # A component that is another file's of the same name (v2's `page` is openapi.yaml's,
+            # which v3 takes through v2): the one already brought in.
+            return local
         entries = self.components.setdefault(kind, {})
         existing = entries.get(name)
         # Absent, or this spec's own entry referring to the very same component: bring it in.
@@ -101,7 +115,7 @@ class _Bundle:
                 f"{file}#{pointer} is referred to, but this spec has another "
                 f"components/{kind}/{name}"
             )
-        return {"$ref": f"#/components/{kind}/{name}"}
+        return local
 
 
 def _is_external(node) -> bool:

@@ -1,6 +1,6 @@
-"""How an offset page counts its list: exactly by default, or as the client prefers
-(`Prefer: count=planned|estimated|none`, RFC 7240, the way PostgREST offers it). An exact
-count is remembered until a table it reads changes (models/table_versions.py)."""
+"""How an offset page counts its list: by default exactly in v1 and v2 and not at all from v3, or
+as the client prefers (`Prefer: count=exact|planned|estimated|none`, RFC 7240, as PostgREST). An
+exact count is remembered until a table it reads changes (models/table_versions.py)."""
 
 import collections
 import json
@@ -19,6 +19,12 @@ _COUNTS = {"exact", "planned", "estimated", "none"}
 # in it), with the table versions each holds for; the least recently used go first. An entry is
 # its statement and two numbers, about 1 KB: 10,000 are about 10 MB.
 MAX_COUNTS_KEPT = 10_000
+
+
+def by_default(version: int) -> str:
+    """How a list of `version` counts when Prefer does not say: exactly in v1 and v2, which
+    always did; not at all from v3 on, where a count is work only the clients that show one ask."""
+    return "exact" if version < 3 else "none"
 
 
 def preferred(prefer: str | None) -> str | None:

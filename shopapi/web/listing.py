@@ -15,7 +15,7 @@ import peewee
 from models import table_versions
 from shopapi import internals
 from shopapi.auth.security import current_principal
-from shopapi.web import counts, cursors, etags, money
+from shopapi.web import counts, cursors, etags, money, representations
 from shopapi.web.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -239,14 +239,15 @@ def _unchanged_since(ordered, fetch, reads, asked_count) -> tuple[frozenset, str
     versions = table_versions.versions_of(tables)
     principal = current_principal()
     visibility = [principal.user_id, sorted(principal.scopes)]
-    request = [flask.request.full_path, asked_count, _release()]
+    request = [flask.request.full_path, representations.current_version(), asked_count, _release()]
     return tables, versions, etags.list_tag(versions, sql, params, visibility, request)
 
 
-def list_response(model, query, params: dict, represent, *, fetch=list, reads=()):
+def list_response(model, query, params: dict, represent, *, fetch=list, reads=(), kept=()):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
     `params`, each row shown by `represent`; `fetch` runs the page's query (to load related
-    rows along with it), and `reads` names the other models it and `represent` read."""
+    rows along with it), and `reads` names the other models it and `represent` read. `kept`:
+    top-level fields that `fields` does not select away (what the request expanded)."""
     request = ListRequest(model, params)
     secret = flask.current_app.config["CURSOR_SECRET"]
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -269,7 +270,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
         links = {"self": _link(), "first": _link(cursor=None)}
     else:
         page = request.page or 1
-        total, counted = counts.total(query, asked_count or "exact", tables, versions)
+        how = asked_count or counts.by_default(representations.current_version())
+        total, counted = counts.total(query, how, tables, versions)
         total_pages = None if total is None else math.ceil(total / per_page)
         if counted == "exact":
             rows = fetch(ordered.paginate(page, per_page))
@@ -304,7 +306,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
 
     data = [represent(row) for row in rows]
     if request.fields:
-        data = [{name: item[name] for name in request.fields} for item in data]
+        selected = [*request.fields, *(name for name in kept if name not in request.fields)]
+        data = [{name: item[name] for name in selected} for item in data]
     body = {"data": data, "meta": meta, "links": links}
     headers = {
         "Link": ", ".join(f'<{url}>; rel="{rel}"' for rel, url in links.items() if rel != "self")

@@ -42,9 +42,9 @@ def _money_shown(fields: dict, currency: str | None = None) -> dict:
     return shown
 
 
-def _money_read(body: dict) -> dict:
+def _money_read(body: dict, at: str = "") -> dict:
     """v1's form of a v2 request body: `price: {amount, currency}` becomes `price_cents` and
-    `currency`."""
+    `currency`. `at`: where the body is in the request's (`/products/3`), for errors."""
     read = {}
     for name, value in body.items():
         if isinstance(value, dict) and value.keys() == {"amount", "currency"}:
@@ -52,11 +52,13 @@ def _money_read(body: dict) -> dict:
             minor = money.minor_units(value["amount"], currency)
             if minor is None:
                 raise _bad_amount(
-                    name, f"has more decimals than {currency} has ({money.exponent(currency)})"
+                    f"{at}/{name}",
+                    f"has more decimals than {currency} has ({money.exponent(currency)})",
                 )
             if minor > money.MAX_MINOR_UNITS:
                 raise _bad_amount(
-                    name, f"must be at most {money.amount(money.MAX_MINOR_UNITS, currency)}"
+                    f"{at}/{name}",
+                    f"must be at most {money.amount(money.MAX_MINOR_UNITS, currency)}",
                 )
             read[f"{name}{_MINOR_UNITS}"] = minor
             read["currency"] = currency
@@ -65,12 +67,12 @@ def _money_read(body: dict) -> dict:
     return read
 
 
-def _bad_amount(name: str, detail: str) -> ValidationProblem:
-    return ValidationProblem([{"pointer": f"/{name}/amount", "detail": detail}])
+def _bad_amount(where: str, detail: str) -> ValidationProblem:
+    return ValidationProblem([{"pointer": f"{where}/amount", "detail": detail}])
 
 
-# How each version after v1 changes v1's representations: (shown, read).
-_CHANGES = {2: (_money_shown, _money_read)}
+# How each version after v1 changes v1's representations: (shown, read). v3 shows money as v2.
+_CHANGES = {2: (_money_shown, _money_read), 3: (_money_shown, _money_read)}
 
 
 def in_version(fields: dict, version: int) -> dict:
@@ -91,7 +93,8 @@ def versioned(represent):
     return shown
 
 
-def read(body):
-    """A request body in v1's form, whichever version it was sent in."""
+def read(body, at: str = ""):
+    """A request body (or the part of one `at` a JSON pointer) in v1's form, whichever version
+    it was sent in."""
     change = _CHANGES.get(current_version())
-    return change[1](body) if change and isinstance(body, dict) else body
+    return change[1](body, at) if change and isinstance(body, dict) else body

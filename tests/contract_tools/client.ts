@@ -1,9 +1,10 @@
 // What a TypeScript client of shopapi writes against the types that openapi-typescript
-// generates from the served contracts. tests/test_contract_tools.py generates ./v1.ts and ./v2.ts
+// generates from the served contracts. tests/test_contract_tools.py generates ./v1.ts, ./v2.ts, ./v3.ts
 // beside a copy of this file and compiles them together with `tsc --strict --noEmit`: the file
 // compiles only if those types describe the representations well enough to build and read them.
 import type { paths as V1 } from "./v1";
 import type { paths as V2 } from "./v2";
+import type { paths as V3 } from "./v3";
 
 // Indexed access, as a client writes it: `infer` would pick one side of an intersection (what
 // `allOf` becomes) and hide what the other side does to the type.
@@ -128,4 +129,35 @@ export function v2OrderTotal(order: V2Order): string {
 
 export function v2UnitPrices(order: V2Order): (string | undefined)[] {
   return order.items.map((item) => item.unit_price?.amount);
+}
+
+// Version 3: v2's money; lists counted only when asked; orders that bring their user and
+// products (`expand`); a catalogue batch.
+type V3OrderList = Ok<V3["/orders"]["get"]>;
+type V3Order = Ok<V3["/orders/{id}"]["get"]>;
+type V3Expand = NonNullable<NonNullable<V3["/orders/{id}"]["get"]["parameters"]["query"]>["expand"]>;
+type V3Batch = JsonBody<V3["/products/batch"]["post"]>;
+type V3BatchResult = Ok<V3["/products/batch"]["post"]>;
+
+export const v3Expand: V3Expand = ["user", "items.product"];
+
+export function v3Total(list: V3OrderList): number | undefined {
+  // Absent unless `Prefer: count=...` asked for it.
+  return list.meta.total;
+}
+
+export function v3Customer(order: V3Order): string | undefined {
+  return order.user?.email;
+}
+
+export function v3ProductNames(order: V3Order): (string | undefined)[] {
+  return order.items.map((item) => item.product?.name);
+}
+
+export const v3Batch: V3Batch = {
+  products: [{ sku: "MUG-001", name: "Coffee mug", price: { amount: "12.50", currency: "EUR" } }],
+};
+
+export function v3BatchIds(result: V3BatchResult): number[] {
+  return result.data.map((product) => product.id);
 }

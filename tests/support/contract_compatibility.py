@@ -6,9 +6,10 @@ removed enum value, a tighter bound, a new pattern), a new required input; a suc
 response media type, a field it reads, or a field it can count on being there. Additions — new
 paths, optional parameters, response fields, wider bounds — are not breaking.
 
-The committed snapshot, tests/contracts/v1.json, is the contract as served (the list language
-expanded). After an intended, compatible change, refresh it with
-`python tests/support/contract_compatibility.py --write` (`make contract-snapshot`).
+The committed snapshots, tests/contracts/v1.json, v2.json and v3.json, are each version's
+contract as served (bundled, the list language expanded). After an intended, compatible change,
+refresh them with `python tests/support/contract_compatibility.py --write`
+(`make contract-snapshot`).
 """
 
 import json
@@ -21,7 +22,9 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script too
 
+from shopapi.contract import spec_files  # noqa: E402
 from shopapi.contract.list_language import expand  # noqa: E402
+from shopapi.pipeline.versions import SPEC_FILES  # noqa: E402
 from support.contract_walk import Resolver  # noqa: E402
 
 SOURCE = ROOT / "spec" / "openapi.yaml"
@@ -222,9 +225,21 @@ def served_v1_contract(source: pathlib.Path = SOURCE) -> dict:
     return expand(yaml.safe_load(source.read_text()))
 
 
+def snapshot_of(version: int) -> pathlib.Path:
+    return SNAPSHOT.with_name(f"v{version}.json")
+
+
+def served_contract(version: int) -> dict:
+    """Version `version`'s contract as clients see it: its spec file bundled (v2 and v3 take
+    parts of others), the list language expanded."""
+    return expand(spec_files.load(ROOT / "spec" / SPEC_FILES[version]))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit(f"usage: {sys.argv[0]} --write   (refresh {SNAPSHOT})")
+        sys.exit(f"usage: {sys.argv[0]} --write   (refresh {SNAPSHOT.parent}/v*.json)")
     SNAPSHOT.parent.mkdir(exist_ok=True)
-    SNAPSHOT.write_text(json.dumps(served_v1_contract(), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {SNAPSHOT}")
+    for version in SPEC_FILES:
+        snapshot = snapshot_of(version)
+        snapshot.write_text(json.dumps(served_contract(version), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {snapshot}")
