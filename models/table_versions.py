@@ -8,7 +8,8 @@ import peewee
 
 from models.db import database, is_postgresql
 
-# The tables whose writes move a counter: those that lists read.
+# The tables whose writes move a counter: those that lists read. The migrations give them their
+# triggers (m0012 the first ones; one that versions another table adds it here too).
 VERSIONED = frozenset(
     {
         "user",

@@ -4,12 +4,10 @@ Alertmanager routes what fires as ops/alertmanager/alertmanager.yml says, to a w
 Requests held by a database lock make the p99 latency alert fire; the lock gone, it resolves."""
 
 import concurrent.futures
-import contextlib
 
 import httpx
-import psycopg2
 import pytest
-from support.helpers import bearer, scalar, wait_for
+from support.helpers import bearer, locked, scalar, wait_for
 from support.live import production_server
 from support.monitoring import alertmanager, prometheus
 from support.receiver import Receiver
@@ -26,18 +24,6 @@ HELD = 2
 LATENCY_ALERT = {"alertname": "ShopapiLatencyP99High", "job": "shopapi", "severity": "warning"}
 
 
-@contextlib.contextmanager
-def products_locked(database_url: str):
-    """Every query of the products table waits until the block ends."""
-    connection = psycopg2.connect(database_url)
-    try:
-        connection.cursor().execute("LOCK TABLE product IN ACCESS EXCLUSIVE MODE")
-        yield
-    finally:
-        connection.rollback()
-        connection.close()
-
-
 def _held_long_enough(database_url: str) -> bool:
     waiting = scalar(
         database_url,
@@ -49,7 +35,7 @@ def _held_long_enough(database_url: str) -> bool:
 
 def _slow_requests(pool, base: str, database_url: str) -> None:
     """HELD requests for the product list, each answered once it has waited a second."""
-    with products_locked(database_url):
+    with locked(database_url, "LOCK TABLE product IN ACCESS EXCLUSIVE MODE"):
         held = [
             pool.submit(httpx.get, f"{base}/v1/products", headers=bearer(), timeout=120)
             for _ in range(HELD)

@@ -3,34 +3,20 @@
 server ends its event streams, stops accepting and finishes what is in flight before it exits."""
 
 import concurrent.futures
-import contextlib
 import os
 import signal
 import time
 import uuid
 
 import httpx
-import psycopg2
 import pytest
 from support.event_stream import ENDED, stream
-from support.helpers import WAIT_SECONDS, bearer, scalar, wait_for
+from support.helpers import WAIT_SECONDS, bearer, locked, scalar, wait_for
 from support.live import signalled_server
 
 pytestmark = pytest.mark.slow
 
 DRAIN_SECONDS = 2
-
-
-@contextlib.contextmanager
-def products_locked(database_url: str):
-    """Every insert into the products table waits until the block ends."""
-    connection = psycopg2.connect(database_url)
-    try:
-        connection.cursor().execute("LOCK TABLE product IN EXCLUSIVE MODE")
-        yield
-    finally:
-        connection.rollback()
-        connection.close()
 
 
 def _inserts_waiting(database_url: str) -> int:
@@ -65,7 +51,7 @@ def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, produ
     ):
         assert httpx.get(f"{base}/readyz").status_code == 200
         new = {"sku": f"DRAIN-{uuid.uuid4().hex[:8].upper()}", "name": "Held", "price_cents": 100}
-        with products_locked(database_url):
+        with locked(database_url, "LOCK TABLE product IN EXCLUSIVE MODE"):
             held = pool.submit(
                 httpx.post, f"{base}/v1/products", json=new, headers=bearer(), timeout=120
             )

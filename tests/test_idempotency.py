@@ -22,6 +22,7 @@ from support.helpers import (
     bearer_for,
     create_product,
     create_user,
+    locked,
     place_order,
     scalar,
     wait_for,
@@ -634,18 +635,6 @@ def test_a_host_killed_around_an_orders_answer_places_it_once(
         assert retry.headers["idempotent-replayed"] == "true"
 
 
-@contextlib.contextmanager
-def _stock_locked(direct_url: str):
-    """Orders wait on the (one) product's row until the block ends."""
-    connection = psycopg2.connect(direct_url)
-    try:
-        connection.cursor().execute("SELECT 1 FROM product FOR UPDATE")
-        yield
-    finally:
-        connection.rollback()
-        connection.close()
-
-
 @pytest.mark.slow
 def test_a_request_outliving_its_lease_yields_to_the_retry_that_took_its_key(
     app, database_url, direct_database_url
@@ -661,7 +650,7 @@ def test_a_request_outliving_its_lease_yields_to_the_retry_that_took_its_key(
         concurrent.futures.ThreadPoolExecutor(2) as pool,
     ):
         _, order = _product_and_order(http)
-        with _stock_locked(direct_database_url):
+        with locked(direct_database_url, "SELECT 1 FROM product FOR UPDATE"):
             first = pool.submit(http.post, "/v1/orders", json=order, headers=keyed())
             wait_for(
                 lambda: _waiting_on_a_row(direct_database_url, "product") == 1,

@@ -17,7 +17,7 @@ import httpx
 import psycopg2
 import pytest
 import redis
-from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer, wait_for
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer, locked, wait_for
 
 from shopapi.testing.hosts import Hosts, unavailable_reason
 
@@ -214,18 +214,6 @@ def test_a_rolling_restart_under_load_fails_no_request(hosts, api):
     assert {what for _, _, what, _ in load.results} == {"list", "order"}
 
 
-@contextlib.contextmanager
-def _stock_locked(database_url: str, product_id: int):
-    """Orders of this product wait on its row until the block ends."""
-    connection = psycopg2.connect(database_url)
-    try:
-        connection.cursor().execute("SELECT 1 FROM product WHERE id = %s FOR UPDATE", (product_id,))
-        yield
-    finally:
-        connection.rollback()
-        connection.close()
-
-
 def _orders_waiting(database_url: str) -> dict[str, int]:
     """How many orders wait on the locked row, by host (PGAPPNAME)."""
     with contextlib.closing(psycopg2.connect(database_url)) as connection:
@@ -262,7 +250,7 @@ def test_a_killed_host_fails_only_what_it_was_serving(hosts, api, database_url):
         concurrent.futures.ThreadPoolExecutor(2 * HOSTS) as pool,
         Load(hosts.base) as load,
     ):
-        with _stock_locked(database_url, product_id):
+        with locked(database_url, "SELECT 1 FROM product WHERE id = %s FOR UPDATE", (product_id,)):
             # Orders parked on the locked row, until two hosts have some: one will die.
             while len(_orders_waiting(database_url)) < 2:
                 assert len(held) < 2 * HOSTS, _orders_waiting(database_url)

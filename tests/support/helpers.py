@@ -131,3 +131,16 @@ def scalar(database_url: str, sql: str):
         cursor = connection.cursor()
         cursor.execute(sql)
         return cursor.fetchone()[0]
+
+
+@contextlib.contextmanager
+def locked(database_url: str, statement: str, params=()):
+    """What `statement` locks (`LOCK TABLE ...`, `SELECT ... FOR UPDATE`) held, on a connection
+    of its own, until the block ends: the requests that need it wait meanwhile."""
+    connection = psycopg2.connect(database_url)
+    try:
+        connection.cursor().execute(statement, params)
+        yield
+    finally:
+        connection.rollback()
+        connection.close()
