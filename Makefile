@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
-	bench-replicas soak \
+	bench-replicas soak faults \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -142,6 +142,19 @@ bench-hosts: install-dev
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q wrk)
 	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
+
+# The fault suite (bench/faults.py, about two minutes, as root): the production layout on this
+# machine (a PostgreSQL primary and its hot standby, a PgBouncer per app host, Redis of its own, two
+# app hosts in network namespaces behind HAProxy, the worker, a webhook receiver) under a load of
+# idempotent writes, each fault in turn (tests/support/faults.py); what clients saw during each,
+# and whether every invariant held: bench/results/faults.md. `make test` runs the same
+# (tests/test_faults.py, fewer clients) and asserts the invariants.
+faults: install-dev
+	for tool in haproxy:haproxy pgbouncer:pgbouncer redis-server:redis-server; do \
+	  command -v $${tool%%:*} >/dev/null || test -x /usr/sbin/$${tool%%:*} || \
+	  apt-get install -y -q $${tool#*:} >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q $${tool#*:}); done
+	$(BIN)/python bench/faults.py
 
 # The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
 # SOAK_MINUTES (30), a line a minute: latency, errors, the server's memory, the tables that grow.
