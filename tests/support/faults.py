@@ -148,8 +148,8 @@ def _terminate_waiting(primary: Server, host: str, statement: str) -> int:
         primary.query("SELECT pg_terminate_backend(%s)", (pid,))
     wait_for(
         lambda: not primary.query("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)),
-        "the sessions to end",
         DEADLINE_SECONDS,
+        "the sessions to end",
     )
     return len(pids)
 
