@@ -77,11 +77,12 @@ def markdown(results: dict) -> str:
         "has had a write acknowledged again; its row counts the requests that ended between its "
         "injection and the next fault's. *Whole again*: from the injection until the layout was "
         "whole (a host restarted and back in rotation, a server started, a worker started). "
-        "*Errors until*: from the injection until the last client-visible error ended (a 409 "
-        "'in flight' is not one: the client is told to wait). *Longest write*: the longest a "
+        "*Recovered after*: from the injection until the last client-visible error ended (a "
+        "409 'in flight' is not one: the client is told to wait). *Longest write*: the longest a "
         "write answered then had waited for its answer, retries included.",
         "",
-        "| fault | whole again | requests | client-visible errors | errors until | longest write |",
+        "| fault | whole again | requests | client-visible errors | recovered after "
+        "| longest write |",
         "|---|---|---|---|---|---|",
     ]
     for fault in results["faults"]:
@@ -92,12 +93,19 @@ def markdown(results: dict) -> str:
             f"| {errors or 'none'} | {fault['errors_until']:.1f} s "
             f"| {fault['longest_write']:.1f} s |"
         )
+    longest = results["longest_write_served"]
+    lease = (
+        "within the lease: no retry took over a request still running"
+        if longest < IDEMPOTENCY_LEASE_SECONDS
+        else "longer than the lease: a retry may have run it a second time"
+    )
     lines += [
         "",
         "`503 balancer` and `502 balancer` are HAProxy's own answers (no host in rotation, or "
         "the host died with the request); a bare status is a host's problem+json; "
         "`409 in flight` is a retry told to wait (`Retry-After`) while its key's first attempt "
-        "holds it; a name is the client's transport error.",
+        "holds it; a name is the client's transport error. The longest write a host answered "
+        f"took {longest:.1f} s, {lease}.",
         "",
         "## Invariants, after every fault",
         "",

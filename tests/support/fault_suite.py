@@ -4,6 +4,7 @@ after all of them (fault_checks.py). bench/faults.py writes it up, tests/test_fa
 the invariants."""
 
 import collections
+import json
 import time
 from functools import partial
 
@@ -60,7 +61,9 @@ def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
         ended = time.monotonic()
         invariants = check(layout, load, initial_stock, phases)
         say(f"checked in {time.monotonic() - ended:.0f} s")
+        longest = _longest_write_served(layout)
     return {
+        "longest_write_served": longest,
         "faults": _per_fault(phases, load, ended),
         "invariants": invariants,
         "writes": len(load.writes),
@@ -83,6 +86,17 @@ def _set_up(layout: Layout) -> tuple[dict[str, int], int, list[int]]:
             products.append(_created(api.post("/v1/products", json=body))["id"])
             initial_stock[body["sku"]] = stock
     return initial_stock, customer_id, products
+
+
+def _longest_write_served(layout: Layout) -> float:
+    """The seconds of the longest POST a host answered (its request log): a request outliving
+    its key's lease could run twice (IDEMPOTENCY_LEASE_SECONDS), as the README says."""
+    longest = 0.0
+    for name in layout.hosts.names:
+        for line in layout.hosts.log(name).read_text().splitlines():
+            if '"duration_ms"' in line and '"method":"POST"' in line:
+                longest = max(longest, json.loads(line)["duration_ms"] / 1000)
+    return longest
 
 
 def _created(response: httpx.Response) -> dict:
