@@ -31,6 +31,8 @@ class Fault:
     inject: Callable[[Layout, WriteLoad], str | None]
     # Whether the worker may lose its database meanwhile.
     database: bool = False
+    # Whether the README promises that clients see nothing of it.
+    unseen: bool = False
 
 
 def _while_load_runs(load: WriteLoad) -> None:
@@ -252,13 +254,13 @@ FAULTS = [
     Fault(
         "a host SIGKILLed between a write's commit and its kept answer", host_killed_after_commit
     ),
-    Fault("a host SIGTERMed", host_terminated),
-    Fault("a host's process group SIGTERMed", host_group_terminated),
+    Fault("a host SIGTERMed", host_terminated, unseen=True),
+    Fault("a host's process group SIGTERMed", host_group_terminated, unseen=True),
     Fault("the primary restarted", primary_restarted, database=True),
     Fault(f"the primary down for {PRIMARY_DOWN_SECONDS} s", primary_down, database=True),
-    Fault("the standby stopped", standby_stopped),
-    Fault("Redis stopped", redis_stopped),
-    Fault("the worker SIGKILLed mid-delivery", worker_killed_mid_delivery),
+    Fault("the standby stopped", standby_stopped, unseen=True),
+    Fault("Redis stopped", redis_stopped, unseen=True),
+    Fault("the worker SIGKILLed mid-delivery", worker_killed_mid_delivery, unseen=True),
     Fault("every database connection terminated", connections_terminated, database=True),
     Fault("the connection slots exhausted", slots_exhausted, database=True),
 ]

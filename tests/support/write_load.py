@@ -21,6 +21,7 @@ TIMEOUT = httpx.Timeout(10, connect=3)
 # Waits between retries: doubled from the first to the last, or the answer's Retry-After.
 FIRST_BACKOFF, LAST_BACKOFF, MOST_RETRY_AFTER = 0.1, 1.0, 5.0
 PRODUCT_EVERY = 8  # one write in this many creates a product
+SCARCE_SHARE = 0.25  # the orders that take a product which runs out, too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +51,20 @@ class Write:
 class WriteLoad:
     """`clients` threads, each writing one request at a time (then reading it back, then
     pausing `pause` seconds) until stopped, against `base`, each as a caller of its own. Orders
-    are for `customer_id` and take one or two of `products`; products created join them."""
+    are for `customer_id`: most take one of `plentiful`, some one of `scarce`, which run out
+    (the orders then compete for the last units and are refused); products created are scarce."""
 
     def __init__(
-        self, base: str, customer_id: int, products: list[int], clients: int, pause: float
+        self,
+        base: str,
+        customer_id: int,
+        plentiful: list[int],
+        scarce: list[int],
+        clients: int,
+        pause: float,
     ):
         self.base, self.customer_id, self.pause = base, customer_id, pause
-        self.products = list(products)
+        self.plentiful, self.scarce = list(plentiful), list(scarce)
         self.attempts: list[Attempt] = []
         self.writes: list[Write] = []
         self._lock = threading.Lock()
@@ -120,7 +128,9 @@ class WriteLoad:
                     write = Write(n, key, "product", "/v1/products", body, time.monotonic())
                 else:
                     with self._lock:
-                        chosen = rng.sample(self.products, rng.choice((1, 2)))
+                        chosen = [rng.choice(self.plentiful)]
+                        if rng.random() < SCARCE_SHARE:
+                            chosen.append(rng.choice(self.scarce))
                     items = [{"product_id": p, "quantity": rng.randint(1, 3)} for p in chosen]
                     # The key in the order itself: the check of one order per key reads it.
                     body = {"user_id": self.customer_id, "items": items, "note": key}
@@ -132,7 +142,7 @@ class WriteLoad:
                     self._read_back(api, n, write)
                     if write.what == "product" and write.read_back == "equal":
                         with self._lock:
-                            self.products.append(write.answer["id"])
+                            self.scarce.append(write.answer["id"])
                 self._stop.wait(self.pause)
 
     def _attempt(self, api: httpx.Client, n: int, what: str, send) -> httpx.Response | None:
