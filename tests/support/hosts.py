@@ -1,7 +1,8 @@
 """App instances as separate hosts: each in a network namespace of its own on a bridge, behind
 HAProxy (ops/haproxy.cfg) in another namespace, all sharing the machine's PostgreSQL and Redis
-through a TCP forwarder (HAProxy too) on the bridge's host side. tests/test_scale_out.py and
-`make bench`'s scale-out (bench/load.py) run it; it removes everything it made, even on failure."""
+through a TCP forwarder (HAProxy too) on the bridge's host side. tests/test_scale_out.py,
+`make bench-hosts` and the fault suite (production_layout.py) run it; it removes everything it
+made, even on failure."""
 
 import contextlib
 import csv
