@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
-	bench-replicas soak \
+	bench-replicas soak faults \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -137,6 +137,15 @@ BENCH_HOSTS ?= 3
 bench-hosts: install-dev wrk
 	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
 
+# The fault suite (bench/faults.py, about two minutes, as root): the production layout on this
+# machine (a PostgreSQL primary and its hot standby, a PgBouncer per app host, Redis of its own, two
+# app hosts in network namespaces behind HAProxy, the worker, a webhook receiver) under a load of
+# idempotent writes, each fault in turn (tests/support/faults.py); what clients saw during each,
+# and whether every invariant held: bench/results/faults.md. `make test` runs the same
+# (tests/test_faults.py, fewer clients) and asserts the invariants.
+faults: install-dev haproxy pgbouncer redis-server
+	$(BIN)/python bench/faults.py
+
 # The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
 # SOAK_MINUTES (30), a line a minute: latency, errors, the server's memory, the tables that grow.
 # SOAK_HEAP=1: one worker, its heap traced, and what grew in it (bench/results/soak-heap.md).
@@ -144,8 +153,9 @@ soak: install-dev wrk
 	$(BIN)/python bench/soak.py
 
 # The benchmarks' tools, Debian's, each installed when missing (as root): the load generator,
-# the pooler the bench starts in front of its clusters, the instruction counter.
-BENCH_TOOLS := wrk pgbouncer valgrind
+# the pooler the bench starts in front of its clusters, the instruction counter, and the balancer
+# and Redis of the fault suite's layout.
+BENCH_TOOLS := wrk pgbouncer valgrind haproxy redis-server
 .PHONY: $(BENCH_TOOLS)
 $(BENCH_TOOLS):
 	@command -v $@ >/dev/null || test -x /usr/sbin/$@ || apt-get install -y -q $@ >/dev/null || \

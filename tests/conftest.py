@@ -102,9 +102,9 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    # The contract-fuzzing runs take minutes each: started first, they run beside the rest of the
-    # suite (xdist's other worker) instead of after it.
-    items.sort(key=lambda item: item.module.__name__ != "test_contract")
+    # The contract-fuzzing runs and the fault suite take minutes each: started first, they run
+    # beside the rest of the suite (xdist's other workers) instead of after it.
+    items.sort(key=lambda item: item.module.__name__ not in ("test_contract", "test_faults"))
 
 
 # The tests skipped because PostgreSQL could not be used, by reason: a run that tested SQLite

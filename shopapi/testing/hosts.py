@@ -1,7 +1,8 @@
 """App instances as separate hosts: each in a network namespace of its own on a bridge, behind
 HAProxy (ops/haproxy.cfg) in another namespace, all sharing the machine's PostgreSQL and Redis
-through a TCP forwarder (HAProxy too) on the bridge's host side. tests/test_scale_out.py and
-`make bench`'s scale-out (bench/load.py) run it; it removes everything it made, even on failure."""
+through a TCP forwarder (HAProxy too) on the bridge's host side. tests/test_scale_out.py,
+`make bench-hosts` and the fault suite (production_layout.py) run it; it removes everything it
+made, even on failure."""
 
 import contextlib
 import csv
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -39,6 +41,12 @@ listen postgresql
 listen redis
     bind {gateway}:6379
     server redis {redis}
+"""
+# A port of this machine's 127.0.0.1 (a PgBouncer of a host's own) that the hosts reach on the
+# gateway.
+FORWARDED_PORT = """listen local{port}
+    bind {gateway}:{port}
+    server local{port} 127.0.0.1:{port}
 """
 
 
@@ -79,7 +87,10 @@ def _moved(url: str, address: str, port: int) -> str:
 
 class Hosts:
     """`count` app hosts (`make serve-prod`, `workers` each) behind the balancer. `base` is the
-    balancer's URL; `start`, `signal` and `wait_*` drive one host; `close` removes everything."""
+    balancer's URL; `start`, `signal` and `wait_*` drive one host; `close` removes everything.
+    `forwarded` ports of this machine's 127.0.0.1 are reached from the hosts at the same port of
+    the gateway (`on_gateway(url)`); `host_env(name)`, when given, adds to one host's environment
+    (a DATABASE_URL of its own, say)."""
 
     def __init__(
         self,
@@ -91,6 +102,8 @@ class Hosts:
         *,
         workers: int = 1,
         check_interval: str = "1s",
+        forwarded: Sequence[int] = (),
+        host_env: Callable[[str], dict] | None = None,
     ):
         self.tag = secrets.token_hex(3)
         addresses = list(_free_subnet().hosts())
@@ -100,6 +113,7 @@ class Hosts:
         self.database_url, self.redis_url = database_url, redis_url
         self.env, self.work_dir, self.workers = env, work_dir, workers
         self.check_interval = check_interval
+        self.forwarded, self.host_env = tuple(forwarded), host_env
         self.processes: dict[str, subprocess.Popen] = {}
         self._namespaces: list[str] = []
         self._bridge: str | None = None
@@ -170,8 +184,18 @@ class Hosts:
                 database=f"{database.hostname}:{database.port or 5432}",
                 redis=f"{redis.hostname}:{redis.port or 6379}",
             )
+            + "".join(
+                FORWARDED_PORT.format(gateway=self.gateway, port=port) for port in self.forwarded
+            )
         )
         return path
+
+    def on_gateway(self, url: str) -> str:
+        """`url`, a service on one of this machine's `forwarded` ports, as the hosts reach it."""
+        port = urlsplit(url).port
+        if port not in self.forwarded:
+            raise ValueError(f"port {port} is not forwarded to the hosts")
+        return _moved(url, str(self.gateway), port)
 
     def _spawn(self, name: str, namespace: str | None, command: list[str], env=None) -> None:
         prefix = ["ip", "netns", "exec", namespace] if namespace else []
@@ -198,8 +222,11 @@ class Hosts:
             # pg_stat_activity names the host of every connection.
             "PGAPPNAME": f"shopapi-{name}",
             **self.env,
+            **(self.host_env(name) if self.host_env else {}),
         }
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        # Its metrics files in the work directory, not this process's: a host SIGKILLed cannot
+        # remove a directory of its own making (ops/gunicorn.conf.py), and would leave it in /tmp.
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.work_dir / f"metrics-{name}")
         gunicorn = str(pathlib.Path(sys.executable).parent / "gunicorn")
         command = [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"]
         self._spawn(name, self._namespace(name), command, env)

@@ -1,0 +1,266 @@
+"""The faults of the fault suite (fault_suite.py), each injected into the production layout
+(production_layout.py) while the load runs, and undone: each returns once the layout is whole
+again, with a note of what it hit."""
+
+import collections
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import psycopg2
+
+from shopapi.testing.standby import Server, wait_for
+from support.production_layout import Layout
+from support.write_load import WriteLoad
+
+# Generous: a busy 2-core machine restarts a host, or a cluster, in many seconds.
+DEADLINE_SECONDS = 180
+PRIMARY_DOWN_SECONDS = 15
+# Attempts each client makes while a fault without a duration of its own holds.
+ATTEMPTS_PER_CLIENT = 25
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    name: str
+    # Injects the fault and undoes it, returning once the layout is whole again; a note of what
+    # it did, or None.
+    inject: Callable[[Layout, WriteLoad], str | None]
+    # Whether the worker may lose its database meanwhile.
+    database: bool = False
+    # Whether the README promises that clients see nothing of it.
+    unseen: bool = False
+
+
+def _while_load_runs(load: WriteLoad) -> None:
+    """Until each client has made ATTEMPTS_PER_CLIENT more attempts (on average)."""
+    target = load.count() + ATTEMPTS_PER_CLIENT * load.clients
+    wait_for(lambda: load.count() >= target, DEADLINE_SECONDS, "the load to go on")
+
+
+def _restart(layout: Layout, name: str) -> None:
+    layout.hosts.start(name)
+    layout.wait_until_whole([name])
+
+
+# -- The faults
+
+
+@contextlib.contextmanager
+def _writes_parked(primary: Server):
+    """Every write of the load waits on the products table until the block ends (an order
+    takes stock, a product is inserted; reads go on): requests in flight on the hosts, at a
+    moment of our choosing."""
+    connection = psycopg2.connect(primary.url)
+    try:
+        connection.cursor().execute("LOCK TABLE product IN EXCLUSIVE MODE")
+        yield
+    finally:
+        with contextlib.suppress(psycopg2.Error):  # a fault may have ended it already
+            connection.rollback()
+        connection.close()
+
+
+def _waiting(primary: Server, statement: str) -> dict[str, int]:
+    """The requests waiting on a lock in a statement that starts with `statement`, by host."""
+    rows = primary.query(
+        "SELECT application_name, count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND application_name LIKE 'shopapi-%%' AND query LIKE %s GROUP BY 1",
+        (f"{statement}%",),
+    )
+    return {name.removeprefix("shopapi-"): count for name, count in rows}
+
+
+def _writes_at_the_products(primary: Server) -> dict[str, int]:
+    """By host, the writes that `_writes_parked` holds: an order taking stock, a product."""
+    waiting = collections.Counter(_waiting(primary, 'UPDATE "product"'))
+    waiting.update(_waiting(primary, 'INSERT INTO "product"'))
+    return dict(waiting)
+
+
+def _a_host_with_writes_in_flight(layout: Layout) -> tuple[str, int]:
+    parked = wait_for(
+        lambda: _writes_at_the_products(layout.replication.primary),
+        DEADLINE_SECONDS,
+        "writes parked on a host",
+    )
+    return next(iter(parked.items()))
+
+
+@contextlib.contextmanager
+def _answers_held(primary: Server):
+    """The writes in flight now cannot keep their answers until the block ends: the rows of
+    their Idempotency-Keys are locked (but for those a write's own transaction holds)."""
+    connection = psycopg2.connect(primary.url)
+    try:
+        connection.cursor().execute(
+            "SELECT id FROM idempotency_key WHERE status IS NULL FOR UPDATE SKIP LOCKED"
+        )
+        yield
+    finally:
+        connection.rollback()
+        connection.close()
+
+
+def host_killed(layout: Layout, load: WriteLoad) -> str:
+    with _writes_parked(layout.replication.primary):
+        victim, in_flight = _a_host_with_writes_in_flight(layout)
+        layout.hosts.kill(victim)
+    _restart(layout, victim)
+    return f"{victim}, with {in_flight} write(s) in flight"
+
+
+def host_killed_after_commit(layout: Layout, load: WriteLoad) -> str:
+    """The crash window of an idempotent write: its work committed, its answer not yet kept
+    (shopapi/pipeline/idempotency.py keeps it after the handler's transaction)."""
+    primary = layout.replication.primary
+    with contextlib.ExitStack() as answers:
+        with _writes_parked(primary):
+            victim, _ = _a_host_with_writes_in_flight(layout)
+            answers.enter_context(_answers_held(primary))
+        # Let go, they commit, and then wait to keep their answers (if they keep them apart).
+        wait_for(
+            lambda: victim not in _writes_at_the_products(primary),
+            DEADLINE_SECONDS,
+            f"{victim}'s writes to go on",
+        )
+        layout.hosts.kill(victim)
+        # A statement the host had sent would still run once the lock is gone: a host that
+        # crashed in this window had not sent it yet.
+        kept_back = _terminate_waiting(primary, victim, 'UPDATE "idempotency_key"')
+    _restart(layout, victim)
+    return f"{victim}, with {kept_back} write(s) done but their answers not kept"
+
+
+def _terminate_waiting(primary: Server, host: str, statement: str) -> int:
+    """End the sessions of `host` waiting on a lock in a statement starting with `statement`;
+    returns once they are gone (a session told to end may still take the lock it waited for)."""
+    pids = [
+        pid
+        for (pid,) in primary.query(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND application_name = %s AND query LIKE %s",
+            (f"shopapi-{host}", f"{statement}%"),
+        )
+    ]
+    for pid in pids:
+        primary.query("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_for(
+        lambda: not primary.query("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)),
+        DEADLINE_SECONDS,
+        "the sessions to end",
+    )
+    return len(pids)
+
+
+def _terminated(layout: Layout, stop) -> str:
+    """A host stopped by `stop(its server)` while writes are in flight on it, which it is left
+    to finish once it has left the rotation."""
+    with _writes_parked(layout.replication.primary):
+        victim, in_flight = _a_host_with_writes_in_flight(layout)
+        server = layout.hosts.processes[victim]
+        stop(server)
+        layout.hosts.wait_for_state(victim, "DOWN")
+    server.wait(timeout=DEADLINE_SECONDS)
+    layout.hosts.kill(victim)  # nothing of it left (its workers exit with its master)
+    _restart(layout, victim)
+    return f"{victim}, with {in_flight} write(s) in flight"
+
+
+def host_terminated(layout: Layout, load: WriteLoad) -> str:
+    return _terminated(layout, lambda server: server.send_signal(signal.SIGTERM))
+
+
+def host_group_terminated(layout: Layout, load: WriteLoad) -> str:
+    return _terminated(layout, lambda server: os.killpg(server.pid, signal.SIGTERM))
+
+
+def primary_restarted(layout: Layout, load: WriteLoad) -> None:
+    primary = layout.replication.primary
+    primary.stop("fast")
+    primary.start()
+    layout.wait_until_whole()
+
+
+def primary_down(layout: Layout, load: WriteLoad) -> None:
+    primary = layout.replication.primary
+    primary.stop("fast")
+    time.sleep(PRIMARY_DOWN_SECONDS)  # the fault's own length
+    primary.start()
+    layout.wait_until_whole()
+
+
+def standby_stopped(layout: Layout, load: WriteLoad) -> None:
+    standby = layout.replication.standby
+    standby.stop("fast")
+    _while_load_runs(load)
+    standby.start()
+
+
+def redis_stopped(layout: Layout, load: WriteLoad) -> None:
+    layout.redis.stop()
+    _while_load_runs(load)
+    layout.redis.start()
+
+
+def worker_killed_mid_delivery(layout: Layout, load: WriteLoad) -> str:
+    layout.deliveries.hold()
+    wait_for(lambda: layout.deliveries.held, DEADLINE_SECONDS, "a webhook delivery under way")
+    layout.kill_worker()
+    layout.deliveries.release()
+    in_flight = sorted(layout.deliveries.held)
+    layout.start_worker()
+    return f"event(s) {', '.join(map(str, in_flight))} under way"
+
+
+def _terminate_connections(server: Server) -> int:
+    ended = server.query(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+    return ended[0][0]
+
+
+def connections_terminated(layout: Layout, load: WriteLoad) -> str:
+    with _writes_parked(layout.replication.primary):
+        _, in_flight = _a_host_with_writes_in_flight(layout)
+        primary = _terminate_connections(layout.replication.primary)
+        standby = _terminate_connections(layout.replication.standby)
+    return f"{primary} on the primary, {standby} on the standby; {in_flight} write(s) in flight"
+
+
+def slots_exhausted(layout: Layout, load: WriteLoad) -> str:
+    held = []
+    try:
+        while True:
+            try:
+                held.append(psycopg2.connect(layout.replication.primary.url, connect_timeout=10))
+            except psycopg2.OperationalError as error:
+                if "too many clients" not in str(error) and "reserved" not in str(error):
+                    raise
+                break
+        _while_load_runs(load)
+    finally:
+        for connection in held:
+            connection.close()
+    return f"{len(held)} connections opened until refused"
+
+
+FAULTS = [
+    Fault("a host SIGKILLed", host_killed),
+    Fault(
+        "a host SIGKILLed between a write's commit and its kept answer", host_killed_after_commit
+    ),
+    Fault("a host SIGTERMed", host_terminated, unseen=True),
+    Fault("a host's process group SIGTERMed", host_group_terminated, unseen=True),
+    Fault("the primary restarted", primary_restarted, database=True),
+    Fault(f"the primary down for {PRIMARY_DOWN_SECONDS} s", primary_down, database=True),
+    Fault("the standby stopped", standby_stopped, unseen=True),
+    Fault("Redis stopped", redis_stopped, unseen=True),
+    Fault("the worker SIGKILLed mid-delivery", worker_killed_mid_delivery, unseen=True),
+    Fault("every database connection terminated", connections_terminated, database=True),
+    Fault("the connection slots exhausted", slots_exhausted, database=True),
+]

@@ -1,0 +1,182 @@
+"""shopapi's production layout on this machine, for the fault suite: a PostgreSQL primary and its
+hot standby (standby.py), a PgBouncer per app host in front of both, a Redis of its own, app
+hosts in network namespaces behind HAProxy (hosts.py), the webhook worker, and a webhook receiver
+(receiver.py). Everything it starts is stopped and removed on the way out, whatever happened."""
+
+import contextlib
+import dataclasses
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from models.db import open_database
+from models.migrations import migrate
+from shopapi.testing.hosts import ROOT, Hosts, unavailable_reason
+from shopapi.testing.pgbouncer import PgBouncer
+from shopapi.testing.standby import Replication, primary_and_standby
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
+from support.receiver import Hold, Receiver, Request
+from support.redis_server import RedisServer
+
+# Every host signs and checks with the same secrets, as production's do.
+CURSOR_SECRET = "fault-suite-cursor-secret-shared-by-every-host"
+# The balancer asks every 0.3 s and takes a host out after 2 failures: within the drain.
+CHECK_INTERVAL, DRAIN_SECONDS = "300ms", 2
+# A claim on an Idempotency-Key unanswered this long is taken over by a retry: longer than any
+# request lives here (a query waits at most 10 s for PgBouncer's server connection, the app as
+# long for one of its pool's; bench/results/faults.md reports the longest), and short enough
+# for the suite to wait for the claims of the requests its faults cut.
+IDEMPOTENCY_LEASE_SECONDS = 20
+# A webhook attempt's deadline: its lease is this plus 5 s, after which a dead worker's
+# delivery is sent again.
+WEBHOOK_TIMEOUT_SECONDS = 3
+
+
+def unavailable() -> str | None:
+    """Why the layout cannot be built here (not root, a tool missing), or None."""
+    reason = unavailable_reason()
+    if reason:
+        return reason
+    if shutil.which("redis-server") is None:
+        return "`redis-server` is not installed (Debian's redis-server)"
+    if shutil.which("pgbouncer") is None and not os.path.exists("/usr/sbin/pgbouncer"):
+        return "`pgbouncer` is not installed (Debian's pgbouncer)"
+    return None
+
+
+class DeliverySwitch:
+    """The receiver's answer: 200 at once; after `hold()`, each request is kept open until
+    `release()`, and its event id noted in `held`. Every request's event id and time of arrival
+    are in `received`."""
+
+    def __init__(self):
+        self._hold: Hold | None = None
+        self._lock = threading.Lock()
+        self.held: list[int] = []
+        self.received: list[tuple[int, float]] = []
+
+    def __call__(self, request: Request):
+        with self._lock:
+            self.received.append((int(request.headers["webhook-id"]), time.monotonic()))
+            if self._hold is None:
+                return 200
+            self.held.append(int(request.headers["webhook-id"]))
+            return self._hold
+
+    def hold(self) -> None:
+        with self._lock:
+            self._hold = Hold(seconds=60)
+
+    def release(self) -> None:
+        with self._lock:
+            hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release.set()
+
+
+@dataclasses.dataclass
+class Layout:
+    replication: Replication
+    bouncers: dict[str, PgBouncer]
+    redis: RedisServer
+    hosts: Hosts
+    receiver: Receiver
+    deliveries: DeliverySwitch
+    work_dir: pathlib.Path
+    worker: subprocess.Popen | None = None
+    workers_started: int = 0
+
+    def start_worker(self) -> None:
+        """`make worker` on app1's PgBouncer, as it would run on that host."""
+        self.workers_started += 1
+        log = self.work_dir / f"worker-{self.workers_started}.log"
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.bouncers["app1"].url(self.replication.primary.url),
+            "WEBHOOK_ALLOW_PRIVATE": "1",
+            "WEBHOOK_POLL_SECONDS": "0.2",
+            "WEBHOOK_RETRY_BASE_SECONDS": "0.2",
+            "WEBHOOK_TIMEOUT_SECONDS": str(WEBHOOK_TIMEOUT_SECONDS),
+            "PUSH_TRANSPORT": "none",
+        }
+        with log.open("ab") as output:
+            self.worker = subprocess.Popen(
+                [sys.executable, "-m", "shopapi.events.worker"],
+                cwd=ROOT,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill_worker(self) -> None:
+        if self.worker is not None and self.worker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.worker.pid, signal.SIGKILL)
+            self.worker.wait()
+
+    def wait_until_whole(self, names=None) -> None:
+        """Every app host (or those `names`) serving and in the balancer's rotation again."""
+        for name in names or self.hosts.names:
+            self.hosts.wait_until_ready(name)
+            self.hosts.wait_for_state(name, "UP")
+
+
+@contextlib.contextmanager
+def production_layout(work_dir: pathlib.Path, host_count: int = 2):
+    """The layout, migrated, with the worker running: a Layout. The hosts trust the tests'
+    tokens (support.helpers.bearer)."""
+    deliveries = DeliverySwitch()
+    with contextlib.ExitStack() as stack:
+        replication = stack.enter_context(primary_and_standby())
+        primary = open_database(replication.primary.url)
+        migrate(primary)
+        primary.close_all()
+        redis = stack.enter_context(RedisServer())
+        bouncers = {}
+        for n in range(host_count):
+            bouncer = PgBouncer(
+                replication.primary.url, aliases={"replica": replication.standby.url}
+            )
+            stack.callback(bouncer.stop)
+            bouncers[f"app{n + 1}"] = bouncer
+
+        def own_bouncer(name: str) -> dict:
+            bouncer = bouncers[name]
+            return {
+                "DATABASE_URL": hosts.on_gateway(bouncer.url(replication.primary.url)),
+                "DATABASE_REPLICA_URLS": hosts.on_gateway(bouncer.alias_url("replica")),
+            }
+
+        env = {
+            "JWT_SECRET": JWT_SECRET,
+            "CURSOR_SECRET": CURSOR_SECRET,
+            "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
+            "DRAIN_SECONDS": str(DRAIN_SECONDS),
+            "IDEMPOTENCY_LEASE_SECONDS": str(IDEMPOTENCY_LEASE_SECONDS),
+            "DATABASE_POOL_SIZE": "6",
+            "WEBHOOK_ALLOW_PRIVATE": "1",
+        }
+        hosts = Hosts(
+            host_count,
+            replication.primary.url,
+            redis.url,
+            env,
+            work_dir,
+            check_interval=CHECK_INTERVAL,
+            forwarded=[bouncer.port for bouncer in bouncers.values()],
+            host_env=own_bouncer,
+        )
+        stack.enter_context(hosts)
+        receiver = stack.enter_context(Receiver(deliveries))
+        # Released before the receiver stops: a held request would keep its thread.
+        stack.callback(deliveries.release)
+        layout = Layout(replication, bouncers, redis, hosts, receiver, deliveries, work_dir)
+        stack.callback(layout.kill_worker)
+        layout.start_worker()
+        yield layout
