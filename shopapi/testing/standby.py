@@ -35,6 +35,11 @@ max_standby_streaming_delay = 0
 """
 
 
+# How often a standby's query cancelled by its replay is asked: each cancellation is one moment's
+# conflict, and the next query sees a newer snapshot.
+QUERY_ATTEMPTS = 10
+
+
 def _bindir() -> pathlib.Path:
     return pathlib.Path(
         subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
@@ -75,10 +80,19 @@ class Server:
         return (self.directory / "postmaster.pid").exists()
 
     def query(self, sql: str, params=()) -> list[tuple]:
-        """`sql`'s rows, on a connection of its own (autocommit)."""
+        """`sql`'s rows, on a connection of its own (autocommit). On a standby, a query that
+        its replay cancels (max_standby_streaming_delay = 0: a conflict with recovery, which
+        the primary's busy counters make common) is asked again."""
         db = peewee.PostgresqlDatabase(**postgresql_arguments(self.url), connect_timeout=5)
-        with db.connection_context():
-            return db.execute_sql(sql, params).fetchall()
+        attempts_left = QUERY_ATTEMPTS
+        while True:
+            try:
+                with db.connection_context():
+                    return db.execute_sql(sql, params).fetchall()
+            except peewee.OperationalError as error:
+                attempts_left -= 1
+                if "conflict with recovery" not in str(error) or not attempts_left:
+                    raise
 
 
 @dataclasses.dataclass
