@@ -393,3 +393,10 @@ def test_the_batch_has_its_own_rate_limit_in_the_contract(anonymous):
     operation = anonymous.get("/v3/openapi.json").json()["paths"]["/products/batch"]["post"]
     assert operation["x-rate-limit"] == "30/minute"
     assert "/products/batch" not in anonymous.get("/v2/openapi.json").json()["paths"]
+
+
+def test_a_method_the_batch_does_not_take_is_405_naming_the_batchs_own(client):
+    """/products/batch also fits /products/{id}: the Allow header is the batch's, as routing is."""
+    response = client.request("OPTIONS", "/v3/products/batch")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"

@@ -14,10 +14,13 @@ class AllowedMethods:
                 methods = {m.upper() for m in item if m in HTTP_METHODS}
                 if "GET" in methods:
                     methods.add("HEAD")
-                self._paths.append((pattern, ", ".join(sorted(methods))))
+                self._paths.append((template.count("{"), pattern, ", ".join(sorted(methods))))
+        # A literal segment before a parameter, as the router takes it: /products/batch is not
+        # /products/{id}.
+        self._paths.sort(key=lambda entry: entry[0])
 
     def header_for(self, path: str) -> str | None:
-        for pattern, allow in self._paths:
+        for _, pattern, allow in self._paths:
             if pattern.fullmatch(path):
                 return allow
         return None
