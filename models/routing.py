@@ -114,6 +114,15 @@ class RoutingDatabase(peewee.DatabaseProxy):
         return super().savepoint()
 
 
+def note_committed_write(primary: peewee.Database) -> None:
+    """The request answers for a write committed before it (an Idempotency-Key's replayed
+    answer; the host that made the write may have died before noting it for its caller): note
+    where the primary's WAL stands now, so that the caller's next reads find the write."""
+    route = current_route.get()
+    if route is not None and isinstance(primary, peewee.PostgresqlDatabase):
+        route.written_at = primary.execute_sql(WAL_POSITION).fetchone()[0]
+
+
 def finish(route: Route, primary: peewee.Database) -> None:
     """At the end of a request on its thread, before its connections go back to their pools:
     note where the primary's WAL stood after the request's writes (they are committed by now),

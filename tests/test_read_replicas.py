@@ -65,6 +65,8 @@ def hosts(replication, bouncer):
         "DATABASE_REPLICA_MAX_LAG_SECONDS": str(MAX_LAG_SECONDS),
         "RATELIMIT_STORAGE_URI": REDIS_URL,
         "METRICS_TOKEN": "metrics-token-for-replica-tests",
+        # Shared by every host, as in production: it keys Idempotency-Key fingerprints.
+        "CURSOR_SECRET": "cursor-secret-shared-by-the-replica-tests-hosts",
     }
     primary, standby = replication.primary.url, replication.standby.url
     with contextlib.ExitStack() as servers:
@@ -269,3 +271,23 @@ def test_readiness_is_the_primarys_whatever_the_replica_does(hosts, replayed):
             lambda: httpx.get(f"{base}/readyz", timeout=60).status_code == 200,  # noqa: B023
             what="the host is ready again with its primary",
         )
+
+
+def test_a_replayed_answer_sends_its_callers_next_reads_where_the_write_is(hosts, replayed):
+    """A write's answer replayed for its Idempotency-Key (the first host may have died before it
+    noted the write for its caller) notes it as the write did: the caller's next read does not
+    go to a replica that lacks it."""
+    first, second = hosts
+    subject = f"client:{uuid.uuid4().hex}"
+    body = {"sku": f"R-{uuid.uuid4().hex[:12].upper()}", "name": "Replayed", "price_cents": 100}
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    with httpx.Client(base_url=first, headers=bearer(subject), timeout=60) as writer:
+        replayed.standby.query("SELECT pg_wal_replay_pause()")
+        created = writer.post("/v1/products", json=body, headers=key)
+        assert created.status_code == 201, created.text
+    # As if the first host had died before noting the write: no mark for the caller.
+    redis.Redis.from_url(REDIS_URL).delete(f"shopapi:written-at:sub:{subject}")
+    with httpx.Client(base_url=second, headers=bearer(subject), timeout=60) as retry:
+        again = retry.post("/v1/products", json=body, headers=key)
+        assert again.headers.get("idempotent-replayed") == "true", (again.status_code, again.text)
+        assert retry.get(f"/v1/products/{created.json()['id']}").status_code == 200

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from models import IdempotencyKey, off_loop
 from models.db import database
+from models.routing import note_committed_write
 from shopapi.pipeline.buffered_body import read_body, replay_body
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.web.problems import ValidationProblem
@@ -147,6 +148,7 @@ class IdempotencyMiddleware:
                 raise KeyReused()
             if not held.answered:
                 raise KeyInFlight()
+            await _in_database(note_committed_write, database.obj)
             await _replay(held, send)
             return
         claim = Claim(caller, key, token)
