@@ -78,7 +78,8 @@ class RedisMarks:
         except redis.exceptions.RedisError as error:
             self._outages.failed(error)
             raise MarksUnavailable from None
-        self._answered()
+        if self._answered():
+            raise MarksUnavailable  # this caller's write may be among those noted nowhere
         return None if value is None else int(value)
 
     async def note(self, caller: str, position: int) -> None:
@@ -93,9 +94,13 @@ class RedisMarks:
                 self._outages.failed(error)
         self._incomplete()
 
-    def _answered(self) -> None:
+    def _answered(self) -> bool:
+        """Note Redis's answer; whether it ends an outage, after which the marks lack what was
+        written meanwhile, here or in other processes."""
         if self._outages.answered():
-            self._incomplete()  # what other processes wrote meanwhile was noted nowhere either
+            self._incomplete()
+            return True
+        return False
 
     def _incomplete(self) -> None:
         # A write noted nowhere: until a replica may have replayed it, every read goes to the
