@@ -103,6 +103,16 @@ def _run_worker(settings: Settings) -> int:
     return attempts
 
 
+def _webpush_app(app_with, settings: Settings):
+    """An app that takes Web Push subscriptions at the local push services, with `settings`'
+    VAPID key."""
+    return app_with(
+        vapid_private_key=settings.vapid_private_key,
+        vapid_subject=settings.vapid_subject,
+        webpush_allow_private=True,
+    )
+
+
 def _client(app, user=None):
     client = app.test_client()
     client.headers.update(bearer_for(user) if user else bearer())
@@ -130,11 +140,7 @@ def _order_for(admin, customer) -> dict:
 
 def test_web_push_reaches_the_browser_encrypted_and_signed(app_with, keys):
     settings = _settings(keys)
-    app = app_with(
-        vapid_private_key=settings.vapid_private_key,
-        vapid_subject=settings.vapid_subject,
-        webpush_allow_private=True,
-    )
+    app = _webpush_app(app_with, settings)
     admin = _client(app)
     customer = create_user(admin)
     own = _client(app, customer)
@@ -589,11 +595,7 @@ def test_a_removed_devices_reason_says_the_status_never_what_the_service_wrote(a
     """A Web Push endpoint is any host the client chose: what it answers is not shown to the
     device's owner, only its status. The attempt log, an admin's to read, keeps it."""
     settings = _settings(keys)
-    app = app_with(
-        vapid_private_key=settings.vapid_private_key,
-        vapid_subject=settings.vapid_subject,
-        webpush_allow_private=True,
-    )
+    app = _webpush_app(app_with, settings)
     admin = _client(app)
     customer = create_user(admin)
     own = _client(app, customer)
@@ -656,11 +658,7 @@ def test_one_owners_silent_push_services_leave_the_threads_to_another_owners_not
     settings = _settings(
         keys, webhook_worker_threads=4, webhook_poll_seconds=0.05, webhook_timeout_seconds=60.0
     )
-    app = app_with(
-        vapid_private_key=settings.vapid_private_key,
-        vapid_subject=settings.vapid_subject,
-        webpush_allow_private=True,
-    )
+    app = _webpush_app(app_with, settings)
     admin = _client(app)
     answering = threading.Event()
 

@@ -10,6 +10,7 @@ from functools import partial
 
 import httpx
 
+from models import event
 from shopapi.testing.standby import wait_for
 from support.fault_checks import check
 from support.faults import DEADLINE_SECONDS, FAULTS
@@ -20,15 +21,6 @@ from support.write_load import WriteLoad
 # Outcomes that are a client's ordinary answers, not errors: a read, a write, a 409 (the stock
 # ran out for that order: the final answer, replayed to a retry).
 ANSWERS = {"200", "201", "409"}
-EVENT_TYPES = [
-    "order.created",
-    "order.status_changed",
-    "order.cancelled",
-    "product.created",
-    "product.updated",
-    "product.low_stock",
-    "user.created",
-]
 SCARCE_STOCK, PLENTIFUL_STOCK = 40, 1_000_000
 
 
@@ -82,7 +74,7 @@ def _set_up(layout: Layout) -> tuple[dict[str, int], int, list[int], list[int]]:
     """The webhook (first, so that it gets every event), the customer, and products: some
     plentiful, some that run out under the load (the orders then compete for the last units)."""
     with httpx.Client(base_url=layout.hosts.base, headers=bearer(), timeout=60) as api:
-        hook = {"url": layout.receiver.url, "events": EVENT_TYPES}
+        hook = {"url": layout.receiver.url, "events": list(event.TYPES)}
         _created(api.post("/v1/webhooks", json=hook))
         customer = {"email": "faults@example.com", "name": "Ada", "password": "correct horse"}
         customer_id = _created(api.post("/v1/users", json=customer))["id"]
