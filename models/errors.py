@@ -13,6 +13,14 @@ class TransitionNotAllowed(Conflict):
     pass
 
 
+class CurrentPasswordRequired(Exception):
+    """A user changing their own password or email did not prove who they are."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 class InvalidReference(ValueError):
     """A change names something that does not exist or cannot be used (an unknown product)."""
 

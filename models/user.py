@@ -1,7 +1,11 @@
+import dataclasses
+import hmac
+from collections.abc import Callable
+
 import peewee
 
 from models.base import BaseModel
-from models.errors import Conflict
+from models.errors import Conflict, CurrentPasswordRequired
 from models.passwords import hash_password, verify_login, verify_password
 
 ROLES = ("customer", "partner", "admin")
@@ -102,6 +106,91 @@ class User(BaseModel):
                 raise Conflict(f"User {self.id} has orders and cannot be deleted.")
             _revocation().record(self)
             self.delete_instance()
+
+
+@dataclasses.dataclass(frozen=True)
+class PasswordCheck:
+    """A plain password checked against the hash a user had. scrypt is slow, so a password is
+    checked before the user is locked; under the lock the check holds only while the hash is
+    the same."""
+
+    password_hash: str
+    matches: bool
+
+    @classmethod
+    def of(cls, user: User | None, plain: str) -> "PasswordCheck":
+        if user is None:
+            return cls("", False)
+        return cls(user.password_hash, user.check_password(plain))
+
+    def holds_for(self, user: User) -> bool:
+        return self.matches and self.password_hash == user.password_hash
+
+
+NOT_CHECKED = PasswordCheck("", False)
+
+
+class CredentialsChange:
+    """A change to user `user_id` (writable fields, plus `current_password`), with the rules
+    for its credentials, whoever makes it (the API, an admin's command, an import):
+
+    - a user changing their own password or email proves the current password
+      (`by_the_user`), so that a stolen token cannot take the account over; anyone else
+      allowed to change the user (an admin) does not;
+    - a password restated unchanged (as a PUT restates it) is no change, and so revokes nothing.
+
+    Made before the transaction, where the slow hashing is done; `apply` under the user's lock.
+    """
+
+    def __init__(self, user_id: int, changes: dict, *, by_the_user: bool):
+        self.changes = changes
+        self.fields = {
+            k: v for k, v in changes.items() if k not in ("password", "current_password")
+        }
+        self.by_the_user = by_the_user
+        current = changes.get("current_password")
+        new = changes.get("password")
+        self._proof = NOT_CHECKED
+        if by_the_user and current is not None and (new is not None or "email" in changes):
+            self._proof = PasswordCheck.of(User.get_or_none(User.id == user_id), current)
+        self._restated = NOT_CHECKED
+        if new is not None:
+            same = current is not None and hmac.compare_digest(new.encode(), current.encode())
+            self._restated = (
+                self._proof
+                if same and self._proof is not NOT_CHECKED
+                else PasswordCheck.of(User.get_or_none(User.id == user_id), new)
+            )
+        self._new_hash = (
+            hash_password(new) if new is not None and not self._restated.matches else None
+        )
+
+    def apply(self, user: User, assign: Callable[[User, dict], bool]) -> bool:
+        """Check the proof against the locked `user` (CurrentPasswordRequired), then
+        `assign(user, fields)` and set the password; whether anything changed (then the caller
+        saves, and the save revokes if credentials changed)."""
+        if self.by_the_user and self._changes_credentials(user):
+            self._prove(user)
+        changed = assign(user, self.fields)
+        new = self.changes.get("password")
+        if new is None or self._restated.holds_for(user):
+            return changed
+        user.password_hash = self._new_hash or hash_password(new)
+        return True
+
+    def _changes_credentials(self, user: User) -> bool:
+        email = self.changes.get("email", user.email)
+        return "password" in self.changes or normalised_email(email) != user.email
+
+    def _prove(self, user: User) -> None:
+        current = self.changes.get("current_password")
+        if current is None:
+            raise CurrentPasswordRequired("is required")
+        if self._proof.password_hash != user.password_hash:
+            # Not checked yet, or the password changed since: check against the current one.
+            self._proof = PasswordCheck.of(user, current)
+        if not self._proof.matches:
+            raise CurrentPasswordRequired("is not your current password")
 
 
 def _revocation():

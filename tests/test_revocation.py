@@ -15,7 +15,9 @@ from support.live import live_server
 from models import RefreshToken, Revocation, User
 from models.db import database
 from models.fields import utc_now
+from models.errors import CurrentPasswordRequired
 from models.refresh_token import REUSE_GRACE_SECONDS
+from models.user import CredentialsChange
 
 TOKEN = "/v1/oauth/token"
 PASSWORD = "correct horse"  # helpers.create_user's
@@ -428,3 +430,47 @@ def test_a_change_of_name_outside_the_api_revokes_nothing(client, anonymous):
         stored.name = "Someone else"
         stored.save()
     assert _works(anonymous, login)
+
+
+@pytest.mark.parametrize(
+    "current, why",
+    [(None, "is required"), ("not my password", "is not your current password")],
+    ids=["missing", "wrong"],
+)
+def test_a_change_made_outside_the_api_by_the_user_takes_their_current_password(
+    client, anonymous, current, why
+):
+    """The current-password rule is the model's too: any path through models/user.py that
+    changes a user's password on the user's own behalf (a self-service import, a command) asks
+    for it, and changes nothing without it; the user's old password still logs in."""
+    user = create_user(client)
+    changes = {"password": "a new password"}
+    if current is not None:
+        changes["current_password"] = current
+    with database.connection_context():
+        change = CredentialsChange(user["id"], changes, by_the_user=True)
+        with pytest.raises(CurrentPasswordRequired) as refused, database.atomic():
+            change.apply(User.get_for_update(user["id"]), User.assign)
+    assert refused.value.why == why
+    assert _works(anonymous, _login(anonymous, user))
+
+
+def test_a_change_made_outside_the_api_on_the_users_behalf_and_restating_the_password(
+    client, anonymous
+):
+    """Made for the user by someone else (an admin's command), a change takes no current
+    password; a password restated unchanged is no change and revokes nothing."""
+    user = create_user(client)
+    login = _login(anonymous, user)
+    with database.connection_context(), database.atomic():
+        restated = CredentialsChange(user["id"], {"password": PASSWORD}, by_the_user=False)
+        stored = User.get_for_update(user["id"])
+        assert not restated.apply(stored, User.assign)
+    assert _works(anonymous, login)
+    with database.connection_context(), database.atomic():
+        change = CredentialsChange(user["id"], {"password": "a new password"}, by_the_user=False)
+        stored = User.get_for_update(user["id"])
+        assert change.apply(stored, User.assign)
+        stored.save()
+    _assert_revoked(anonymous.get("/v1/products", headers=_as(login)))
+    _login(anonymous, user, "a new password")

@@ -14,7 +14,7 @@ from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from playhouse.pool import MaxConnectionsExceeded
 from starlette.exceptions import HTTPException
 
-from models.errors import Conflict, InvalidReference
+from models.errors import Conflict, CurrentPasswordRequired, InvalidReference
 from shopapi.auth.oauth import OAuthError
 from shopapi.auth.security import NO_CREDENTIALS, challenge, presented_credentials
 from shopapi.contract.allowed_methods import AllowedMethods
@@ -146,6 +146,12 @@ def _conflict(request, exc: Conflict):
     return problem(request, 409, str(exc))
 
 
+def _current_password_required(request, exc: CurrentPasswordRequired):
+    detail = f"To change your own password or email, send current_password: it {exc.why}."
+    errors = [{"pointer": "/current_password", "detail": exc.why}]
+    return problem(request, 403, detail, extensions={"errors": errors})
+
+
 def _invalid_reference(request, exc: InvalidReference):
     errors = [{"pointer": exc.pointer, "detail": exc.detail}]
     return problem(request, 422, exc.detail, extensions={"errors": errors})
@@ -200,6 +206,7 @@ def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
         HTTPException: _from_http_exception_with(AllowedMethods(specs)),
         peewee.DoesNotExist: _not_found,
         Conflict: _conflict,
+        CurrentPasswordRequired: _current_password_required,
         InvalidReference: _invalid_reference,
         peewee.IntegrityError: _integrity_error,
         peewee.DataError: _data_error,
