@@ -107,7 +107,7 @@ test-quick: install-dev
 contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
 
-# The load benchmark (bench/load.py, about 7 minutes): a PostgreSQL primary and a hot standby of
+# The load benchmark (bench/load.py, about 9 minutes): a PostgreSQL primary and a hot standby of
 # its own (the machine's PostgreSQL binaries, shopapi/testing/standby.py), seeded at each run, Redis
 # (BENCH_REDIS_URL) and Debian's wrk; shopapi reaches both clusters through Debian's pgbouncer,
 # which the bench starts (ops/pgbouncer.ini). Then what the revocation check adds to a request

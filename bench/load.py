@@ -1,14 +1,19 @@
 """The load benchmark (`make bench`): shopapi's production server under wrk, on the seeded data set
 in a PostgreSQL primary with one hot standby taking shopapi's reads, against a plain Flask +
-Peewee baseline measured in the same run, on the same primary. The report opens with issue 20's
-goals (goals()), each measured, met or not.
+Peewee baseline and the stack's floor measured in the same run, on the same primary. The report
+opens with issue 32's goals (goals()), each measured, met or not.
 
-1. list: the mix's list query (`category` filter, `-price_cents` sort), baseline, the stack's
-   floor (the baseline's function on a bare Connexion FlaskApp under uvicorn, bench/floor_app.py)
-   and shopapi in interleaved rounds under the same load; CPU per request and the ratios.
+1. list: the mix's list query (`category` filter, `-price_cents` sort, v1's exact count),
+   baseline, the stack's floor (the baseline's function on a bare Connexion FlaskApp under
+   uvicorn, bench/floor_app.py), shopapi, and `conditional`: shopapi's list revalidated with
+   If-None-Match by clients holding a current copy, every answer a 304 (nothing writes in this
+   phase), its database statements counted by pg_stat_statements; interleaved rounds under the
+   same load; CPU per request and the ratios.
 2. mix: list products 40 %, get a product 30 %, list my orders 15 %, place an order 10 %,
-   patch a product 5 % (bench/mix.lua), each client with its own valid token; then each of the
-   five alone, for its own cost (reads and writes size the database differently).
+   patch a product 5 % (bench/mix.lua), each client with its own valid token, in rounds
+   interleaved with `mix_v3`, the same mix as a v3 client sends it (v3's paths, no count, money
+   as an object); then each operation alone in both versions, for its own cost (reads and
+   writes size the database differently).
 3. steps: the mix at a constant offered rate, stepped up past saturation: latency percentiles
    against offered load (plotted), p50 at 0.2 of saturation beside p99 at 0.7.
 4. scale-out: one instance against two (separate servers on separate ports, as if on two hosts,
@@ -36,6 +41,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import resource
 import secrets
 import shutil
@@ -76,8 +82,14 @@ QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 if QUICK:
     ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 1, 3, 1
     OPERATION_SECONDS, STEP_SECONDS = 2, 2
-# bench/mix.lua's names; `list_v3` is `list` in v3, uncounted, measured beside v1's exact count.
-OPERATIONS = ("list", "list_v3", "get", "orders", "create", "patch")
+# bench/mix.lua's names, each alone; `*_v3` is the operation as a v3 client sends it (`list_v3`:
+# the list uncounted, measured beside v1's exact count).
+OPERATIONS = ("list", "list_v3", "get", "get_v3", "orders", "orders_v3")
+OPERATIONS += ("create", "create_v3", "patch", "patch_v3")
+# `conditional`: each of these users holds the list's page of each category, with its ETag.
+REVALIDATING_USERS = 100
+# Any other answer to `conditional` is an error: the page did not change.
+EXPECTED_STATUSES = {"conditional": {304}}
 # Of the mix's saturated throughput; the goals read p50 at LOW and p99 at HIGH.
 STEP_FRACTIONS = (0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25)
 LOW, HIGH = 0.2, 0.7
@@ -96,6 +108,14 @@ CLUSTERS: dict = {}
 # reads never stop the primary's vacuum from cleaning up (else they are cancelled, or replay
 # waits). DURABLE are production's, set once the seed is in.
 CLUSTER_SETTINGS = "shared_buffers = 128MB\nmax_connections = 150\nhot_standby_feedback = on\n"
+# pg_stat_statements counts the conditional phase's statements on each cluster, and only those:
+# off (no query ids either) elsewhere, so that it costs the other phases nothing.
+CLUSTER_SETTINGS += "shared_preload_libraries = 'pg_stat_statements'\n"
+CLUSTER_SETTINGS += "compute_query_id = off\npg_stat_statements.track = none\n"
+STATEMENTS_COUNTED = {
+    True: {"compute_query_id": "on", "pg_stat_statements.track": "top"},
+    False: {"compute_query_id": "off", "pg_stat_statements.track": "none"},
+}
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 REPLICA_DATABASE = "shopapi_replica"  # the standby's entry in each server's PgBouncer
 
@@ -128,6 +148,37 @@ def write_clients(path: pathlib.Path, tokens: AccessTokens) -> None:
         f"return {{\nusers = {{\n{users}\n}},\npartners = {{\n{partners}\n}},\n"
         f"products = {PRODUCTS},\ncategories = {{{categories}}},\n}}\n"
     )
+
+
+def revalidations_of(data: pathlib.Path) -> pathlib.Path:
+    """The Lua data file of `conditional` (bench/mix.lua), beside the clients' `data`."""
+    return data.with_name("revalidations.lua")
+
+
+def write_revalidations(data: pathlib.Path, server: "Server", tokens: AccessTokens) -> int:
+    """The pages `conditional` revalidates: the list's page of each category for each of
+    REVALIDATING_USERS customers, fetched now with their ETags, as clients hold them (an ETag
+    is the caller's: their user and scopes are in it). Nothing may write from here until the
+    conditional rounds are over. The number of pages."""
+    customers = ROLE_SCOPES["customer"]
+    with database.connection_context():
+        user_ids = [u.id for u in User.select(User.id).order_by(User.id).limit(REVALIDATING_USERS)]
+    connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    held = []
+    for uid in user_ids:
+        token = tokens.issue(str(uid), customers)
+        for category in CATEGORIES:
+            path = f"/v1/products?category={category}&sort=-price_cents&per_page=20"
+            connection.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+            response = connection.getresponse()
+            response.read()
+            tag = response.getheader("ETag")
+            if response.status != 200 or not tag:
+                raise SystemExit(f"GET {path}: {response.status}, ETag {tag}")
+            held.append(f'{{"{token}", "{path}", {json.dumps(tag)}}}')
+    connection.close()
+    revalidations_of(data).write_text("return {\n" + ",\n".join(held) + "\n}\n")
+    return len(held)
 
 
 class Server:
@@ -254,6 +305,7 @@ def wrk(
         **os.environ,
         "BENCH_DATA": str(data),
         "BENCH_MIX": mix,
+        "BENCH_REVALIDATIONS": str(revalidations_of(data)),
         "BENCH_RATE": str(rate / THREADS),
         "BENCH_ADDRS": ",".join(f"{server.host}:{server.port}" for server in servers),
     }
@@ -272,6 +324,12 @@ def wrk(
     )
     run = _parse(finished.stdout)
     requests = max(run["requests"], 1)
+    expected = EXPECTED_STATUSES.get(mix)
+    failed = sum(
+        count
+        for status, count in run["statuses"].items()
+        if (status not in expected if expected else status >= 400)
+    )
     return {
         "mix": mix,
         "offered_rate": rate or None,
@@ -281,7 +339,7 @@ def wrk(
         "errors": int(
             sum(run[f"errors_{kind}"] for kind in ("connect", "read", "write", "timeout"))
         )
-        + sum(count for status, count in run["statuses"].items() if status >= 400),
+        + failed,
         "statuses": run["statuses"],
         "error_bodies": run["error_bodies"],
         "app_cpu_ms": used["app"] * 1000 / requests,
@@ -319,6 +377,10 @@ def medians(runs: list[dict]) -> dict:
     }
     summary["errors"] = sum(run["errors"] for run in runs)
     summary["requests"] = sum(run["requests"] for run in runs)
+    summary["statuses"] = {}
+    for run in runs:
+        for status, count in run["statuses"].items():
+            summary["statuses"][status] = summary["statuses"].get(status, 0) + count
     return summary
 
 
@@ -326,30 +388,121 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
-def compare_list(servers: dict[str, Server], data) -> dict:
-    """The list on each of `servers` (baseline, floor, shopapi), in interleaved rounds."""
-    say(f"list: {', '.join(servers)}, {ROUNDS} interleaved rounds of {ROUND_SECONDS} s")
-    for server in servers.values():
-        wrk([server], data, "list", WARM_UP_SECONDS)
-    runs = {name: [] for name in servers}
+def compare_list(servers: dict[str, Server], revalidated: Server, data) -> tuple[dict, dict]:
+    """The list on each of `servers` (baseline, floor, shopapi) and the list revalidated on
+    `revalidated` (`conditional`, its statements counted), in interleaved rounds: the list's
+    summary and the conditional's. The pages revalidated must be written first
+    (write_revalidations()), and nothing may write meanwhile."""
+    phases = {name: (server, "list") for name, server in servers.items()}
+    phases["conditional"] = (revalidated, "conditional")
+    say(f"list: {', '.join(phases)}, {ROUNDS} interleaved rounds of {ROUND_SECONDS} s")
+    for server, mix in phases.values():
+        wrk([server], data, mix, WARM_UP_SECONDS)
+    runs = {name: [] for name in phases}
     for _ in range(ROUNDS):
-        for name, server in servers.items():
-            runs[name].append(wrk([server], data, "list", ROUND_SECONDS))
+        for name, (server, mix) in phases.items():
+            measure = wrk_counting_statements if mix == "conditional" else wrk
+            runs[name].append(measure([server], data, mix, ROUND_SECONDS))
             say(_line(f"  {name}", runs[name][-1]))
+    rounds = runs.pop("conditional")
+    conditional = {**medians(rounds), "statements": statements_summary(rounds), "rounds": rounds}
     summary = {name: medians(rounds) for name, rounds in runs.items()}
     summary["app_cpu_ratio"] = summary["shopapi"]["app_cpu_ms"] / summary["baseline"]["app_cpu_ms"]
     summary["floor_ratio"] = summary["floor"]["app_cpu_ms"] / summary["baseline"]["app_cpu_ms"]
     summary["rounds"] = runs
+    return summary, conditional
+
+
+def measure_mixes(shopapi: Server, data) -> dict:
+    """The mix in v1 and as a v3 client sends it (`mix_v3`), in interleaved rounds."""
+    mixes = ("mix", "mix_v3")
+    say(f"{' and '.join(mixes)}: {ROUNDS} interleaved rounds of {ROUND_SECONDS} s")
+    for mix in mixes:
+        wrk([shopapi], data, mix, WARM_UP_SECONDS)
+    runs = {mix: [] for mix in mixes}
+    for _ in range(ROUNDS):
+        for mix in mixes:
+            runs[mix].append(wrk([shopapi], data, mix, ROUND_SECONDS))
+            say(_line(f"  {mix}", runs[mix][-1]))
+    return {mix: {**medians(rounds), "rounds": rounds} for mix, rounds in runs.items()}
+
+
+# The tables a statement reads: Peewee quotes their names, SQL written by hand may not.
+TABLES_READ = re.compile(r'\b(?:FROM|JOIN)\s+"?(\w+)"?', re.IGNORECASE)
+LISTED_TABLE = Product._meta.table_name  # what `conditional`'s page would read rows and count from
+
+
+def wrk_counting_statements(servers: list[Server], data, mix: str, seconds: float) -> dict:
+    """wrk(), with the statements each cluster ran meanwhile (pg_stat_statements, counting only
+    for this run): their calls by the tables each statement reads, and the text of those that
+    read the listed table. The settings change outside wrk's window; every backend applies them
+    at its next statement, before running it."""
+    time.sleep(SETTLE_SECONDS)  # the previous run's last requests, out of the count and the CPU
+    count_statements(True)
+    try:
+        before = {name: statement_calls(cluster) for name, cluster in CLUSTERS.items()}
+        run = wrk(servers, data, mix, seconds)
+        after = {name: statement_calls(cluster) for name, cluster in CLUSTERS.items()}
+    finally:
+        count_statements(False)
+    run["statements"] = {name: _calls_made(before[name], after[name]) for name in CLUSTERS}
+    return run
+
+
+def count_statements(on: bool) -> None:
+    """pg_stat_statements counting (query ids computed) on every cluster, or not; returns once
+    each postmaster has reloaded, and so signalled its backends."""
+    track = STATEMENTS_COUNTED[on]["pg_stat_statements.track"]
+    for cluster in CLUSTERS.values():
+        alter_system(cluster.url, STATEMENTS_COUNTED[on])
+        wait_for(
+            lambda cluster=cluster: cluster.query("SHOW pg_stat_statements.track")[0][0] == track,
+            10, f"pg_stat_statements.track = {track}",
+        )  # fmt: skip
+
+
+def statement_calls(cluster) -> dict:
+    """pg_stat_statements' calls so far of each statement in the bench's database (not this
+    reading's own): {(user, query id): (calls, text)}."""
+    rows = cluster.query(
+        "SELECT userid, queryid, calls, query FROM pg_stat_statements WHERE dbid = "
+        "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND query NOT LIKE %s",
+        ("%pg_stat_statements%",),
+    )
+    return {(user, query): (calls, text) for user, query, calls, text in rows}
+
+
+def _calls_made(before: dict, after: dict) -> dict[str, dict[str, int]]:
+    """The calls made between two readings, by the tables the statements read ("-": none), and
+    by statement for those that read the listed table."""
+    calls: dict[str, dict[str, int]] = {"by_tables": {}, "reading_listed_table": {}}
+    for key, (count, text) in after.items():
+        if made := count - before.get(key, (0, ""))[0]:
+            read = sorted(set(TABLES_READ.findall(text)))
+            tables = ", ".join(read) or "-"
+            calls["by_tables"][tables] = calls["by_tables"].get(tables, 0) + made
+            if LISTED_TABLE in read:
+                listed = calls["reading_listed_table"]
+                listed[text[:300]] = listed.get(text[:300], 0) + made
+    return calls
+
+
+def statements_summary(rounds: list[dict]) -> dict:
+    """The statements of all `rounds` on each cluster, per request and by the tables they read,
+    and how many read the listed table (the page's rows or its count)."""
+    requests = max(sum(run["requests"] for run in rounds), 1)
+    summary: dict = {"requests": requests, "reading_listed_table": 0}
+    for name in rounds[0]["statements"]:
+        calls: dict[str, dict[str, int]] = {"by_tables": {}, "reading_listed_table": {}}
+        for run in rounds:
+            for kind, counted in run["statements"][name].items():
+                for key, made in counted.items():
+                    calls[kind][key] = calls[kind].get(key, 0) + made
+        summary["reading_listed_table"] += sum(calls["reading_listed_table"].values())
+        total = sum(calls["by_tables"].values())
+        summary[name] = {"calls": total, "per_request": total / requests, **calls}
     return summary
-
-
-def measure_mix(shopapi: Server, data) -> dict:
-    say(f"mix: {ROUNDS} rounds of {ROUND_SECONDS} s")
-    wrk([shopapi], data, "mix", WARM_UP_SECONDS)
-    rounds = [wrk([shopapi], data, "mix", ROUND_SECONDS) for _ in range(ROUNDS)]
-    for run in rounds:
-        say(_line("  shopapi", run))
-    return {**medians(rounds), "rounds": rounds}
 
 
 def measure_operations(shopapi: Server, data) -> dict:
@@ -358,7 +511,7 @@ def measure_operations(shopapi: Server, data) -> dict:
     for operation in OPERATIONS:
         wrk([shopapi], data, operation, 1)
         costs[operation] = wrk([shopapi], data, operation, OPERATION_SECONDS)
-        say(_line(f"  {operation:7s}", costs[operation]))
+        say(_line(f"  {operation:9s}", costs[operation]))
     return costs
 
 
@@ -521,6 +674,8 @@ def main() -> int:
         say(f"primary seeded, its tables all-visible at {time.monotonic() - started:.0f} s")
         for cluster in (replication.primary, replication.standby):
             durable(cluster.url)
+        statements_extension(primary)
+        wait_for(replication.replayed_everything, 600, "the standby replays the extension")
         CLUSTERS.update(primary=replication.primary, replica=replication.standby)
         say(f"standby caught up at {time.monotonic() - started:.0f} s")
         scratch = pathlib.Path(scratch)
@@ -532,12 +687,16 @@ def main() -> int:
         baseline = baseline_server(scratch, primary)
         floor = floor_server(scratch, primary)
         try:
-            results["list"] = compare_list(
-                {"baseline": baseline, "floor": floor, "shopapi": shopapi}, data
+            # Before anything writes: the pages then stay as the clients hold them.
+            pages = write_revalidations(data, shopapi, tokens)
+            say(f"{pages} list pages fetched with their ETags, for `conditional`")
+            results["list"], results["conditional"] = compare_list(
+                {"baseline": baseline, "floor": floor, "shopapi": shopapi}, shopapi, data
             )
             baseline.stop()
             floor.stop()
-            results["mix"] = measure_mix(shopapi, data)
+            mixes = measure_mixes(shopapi, data)
+            results["mix"], results["mix_v3"] = mixes["mix"], mixes["mix_v3"]
             results["operations"] = measure_operations(shopapi, data)
             results["steps"] = step_load(shopapi, data, results["mix"]["throughput"])
         finally:
@@ -598,20 +757,38 @@ def all_visible(url: str) -> bool:
 
 def durable(url: str) -> None:
     """Production's durability (DURABLE) on the cluster of `url`, from now on."""
+    alter_system(url, DURABLE)
+
+
+def alter_system(url: str, settings: dict[str, str]) -> None:
+    """`settings` on the cluster of `url` (ALTER SYSTEM), reloaded."""
     connection = psycopg2.connect(url)
     connection.autocommit = True  # ALTER SYSTEM runs outside a transaction
     try:
         with connection.cursor() as cursor:
-            for name, value in DURABLE.items():
+            for name, value in settings.items():
                 cursor.execute(f"ALTER SYSTEM SET {name} = {value}")
             cursor.execute("SELECT pg_reload_conf()")
     finally:
         connection.close()
 
 
+def statements_extension(url: str) -> None:
+    """pg_stat_statements' view in the bench's database on the cluster of `url` (a primary: its
+    standby has it once it replays)."""
+    connection = psycopg2.connect(url)
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    finally:
+        connection.close()
+
+
 def _errors(results: dict) -> int:
     listed = results["list"]
-    saturated = [listed["baseline"], listed["floor"], listed["shopapi"], results["mix"]]
+    saturated = [listed["baseline"], listed["floor"], listed["shopapi"], results["conditional"]]
+    saturated += [results["mix"], results["mix_v3"]]
     saturated += [results["scale_out"]["one"], results["scale_out"]["two"]]
     errors = sum(summary["errors"] for summary in saturated)
     errors += sum(step["errors"] for step in results["steps"])
@@ -648,88 +825,99 @@ MIX_PARTS, BASELINE_PARTS = ("app", "primary", "replica", "pgbouncer"), ("app", 
 
 
 def goals(results: dict) -> list[dict]:
-    """Issue 20's goals, each measured in this run: what, the value, the goal, met (None: a
-    value to report beside another, with no limit)."""
-    baseline, shop, mix = results["list"]["baseline"], results["list"]["shopapi"], results["mix"]
-    scale = results["scale_out"]
+    """Issue 32's goals, each measured in this run: its number, what, the value, the target (the
+    most the value may be), met, and the measurement in words."""
+    listed, conditional = results["list"], results["conditional"]
+    baseline, floor, shop = listed["baseline"], listed["floor"], listed["shopapi"]
+    mix, mix_v3 = results["mix"], results["mix_v3"]
     low, high = step_at(results["steps"], LOW), step_at(results["steps"], HIGH)
-    mix_cores, baseline_cores = cores(mix, *MIX_PARTS), cores(baseline, *BASELINE_PARTS)
-
-    def ratio(what: str, value: float, limit: float) -> dict:
-        return {"goal": what, "value": value, "measured": f"{value:.2f}x",
-                "target": f"at most {limit}x", "met": value <= limit}  # fmt: skip
-
-    errors = _errors(results)
-    consistency = scale["consistency"]
-    consistent = (
-        all(consistency[key]["consistent"] for key in ("rate_limit", "standby"))
-        and consistency["consistent"]
+    v3_cores, baseline_cores = cores(mix_v3, *MIX_PARTS), cores(baseline, *BASELINE_PARTS)
+    statements = conditional["statements"]
+    reading, errors = statements["reading_listed_table"], _errors(results)
+    per_request = ", ".join(
+        f"{name} {statements[name]['per_request']:.2f}" for name in ("primary", "replica")
     )
-    replica_read = scale["two"]["replica_cpu_ms"] > 0.1 * scale["two"]["primary_cpu_ms"]
+
+    def goal(number: str, what: str, value: float, target: float, measured: str = "") -> dict:
+        # A ratio (x) unless a count, whose target is 0.
+        return {"goal": number, "what": what, "value": value, "target": target,
+                "unit": "x" if target else "", "met": value <= target,
+                "measured": measured or f"{value:.2f}x"}  # fmt: skip
+
     return [
-        ratio("list: shopapi's app CPU per request / the baseline's",
-              shop["app_cpu_ms"] / baseline["app_cpu_ms"], 1.8),
-        ratio("mix: app CPU per request / the baseline list's",
-              mix["app_cpu_ms"] / baseline["app_cpu_ms"], 1.3),
-        ratio("mix, the replica taking the reads: primary PostgreSQL CPU per request / the "
-              "baseline list's PostgreSQL CPU", mix["primary_cpu_ms"] / baseline["primary_cpu_ms"],
-              0.35),
-        {**ratio("server cores for 10,000 req/s: the mix's (app + primary + replica + "
-                 "PgBouncer) / the baseline list's (app + PostgreSQL)",
-                 mix_cores / baseline_cores, 1.0),
-         "measured": f"{mix_cores:.0f} / {baseline_cores:.0f} cores = "
-                     f"{mix_cores / baseline_cores:.2f}x"},
-        {"goal": "scale-out ran the production topology (docs/capacity.md): instances each "
-                 "through its own PgBouncer, one primary, a hot standby taking the reads, Redis; "
-                 "data, limits and standby consistent",
-         "value": consistent and replica_read,
-         "measured": f"2 instances; replica {scale['two']['replica_cpu_ms']:.2f} CPU-ms/req, "
-                     f"primary {scale['two']['primary_cpu_ms']:.2f}; "
-                     f"{'consistent' if consistent else 'INCONSISTENT'}",
-         "target": "ran, consistent", "met": consistent and replica_read},
-        {"goal": "errors, every run", "value": errors, "measured": str(errors), "target": "0",
-         "met": errors == 0},
-        {"goal": f"latency: p50 at {LOW} of saturation beside p99 at {HIGH}",
-         "value": [low["latency_ms"]["p50"], high["latency_ms"]["p99"]],
-         "measured": f"p50 {low['latency_ms']['p50']:.1f} ms at {low['offered_rate']:,.0f} "
-                     f"req/s; p99 {high['latency_ms']['p99']:.1f} ms at "
-                     f"{high['offered_rate']:,.0f} req/s",
-         "target": "reported", "met": None},
+        goal("1", "v1 list: shopapi's app CPU per request / the floor's list",
+             shop["app_cpu_ms"] / floor["app_cpu_ms"], 1.5),
+        goal("2", "v1 mix: app CPU per request / the floor's list",
+             mix["app_cpu_ms"] / floor["app_cpu_ms"], 1.6),
+        goal("3", "v1 list with its exact total: PostgreSQL CPU per request (primary + replica) "
+             "/ the baseline list's, which counts every time",
+             shop["database_cpu_ms"] / baseline["database_cpu_ms"], 0.3),
+        goal("4a", "conditional (the list revalidated with If-None-Match, nothing changed): "
+             "requests not answered 304 (another status, a timeout, a failed connection)",
+             conditional["errors"], 0,
+             f"{conditional['errors']} of {conditional['requests']:,.0f}"),
+        goal("4b", f"conditional: statements reading `{LISTED_TABLE}` (the page's rows or its "
+             "count), counted by pg_stat_statements on primary and replica", reading, 0,
+             f"{reading} (all statements per request: {per_request})"),
+        goal("4c", "conditional: app CPU per request / the floor's list",
+             conditional["app_cpu_ms"] / floor["app_cpu_ms"], 0.6),
+        goal("4d", "conditional: PostgreSQL CPU per request / the baseline list's",
+             conditional["database_cpu_ms"] / baseline["database_cpu_ms"], 0.1),
+        goal("5", "cores for 10,000 req/s: mix_v3's (app + primary + replica + PgBouncer) / the "
+             "baseline list's (app + PostgreSQL)", v3_cores / baseline_cores, 1.0,
+             f"{v3_cores:.0f} / {baseline_cores:.0f} cores = {v3_cores / baseline_cores:.2f}x"),
+        goal("6a", f"v1 mix at a constant rate: p99 at {HIGH} of saturation / p50 at {LOW}",
+             high["latency_ms"]["p99"] / low["latency_ms"]["p50"], 3.0,
+             f"{high['latency_ms']['p99']:.1f} ms at {high['offered_rate']:,.0f} req/s / "
+             f"{low['latency_ms']['p50']:.1f} ms at {low['offered_rate']:,.0f} req/s = "
+             f"{high['latency_ms']['p99'] / low['latency_ms']['p50']:.2f}x"),
+        goal("6b", "errors, every run", errors, 0, str(errors)),
     ]  # fmt: skip
 
 
 def goals_report(results: dict) -> list[str]:
-    baseline, mix = results["list"]["baseline"], results["mix"]
-    marks = {True: "met", False: "**not met**", None: "(reported)"}
+    listed, mix, mix_v3 = results["list"], results["mix"], results["mix_v3"]
+    baseline = listed["baseline"]
     rows = [
-        f"| {goal['goal']} | {goal['measured']} | {goal['target']} | {marks[goal['met']]} |"
+        f"| {goal['goal']} | {goal['what']} | {goal['measured']} | "
+        f"{'at most ' if goal['unit'] else ''}{goal['target']}{goal['unit']} | "
+        f"{'met' if goal['met'] else '**missed**'} |"
         for goal in results["goals"]
     ]
-    parts = " + ".join(f"{part} {mix[f'{part}_cpu_ms']:.2f}" for part in MIX_PARTS)
-    baseline_parts = " + ".join(
-        f"{part} {baseline[f'{part}_cpu_ms']:.2f}" for part in BASELINE_PARTS
-    )
-    saturated = mix["throughput"]
+
+    def parts(summary: dict, names: tuple[str, ...]) -> str:
+        return " + ".join(f"{part} {summary[f'{part}_cpu_ms']:.2f}" for part in names)
+
+    statements = results["conditional"]["statements"]
+    by_tables = "; ".join(
+        f"{name}: " + ", ".join(
+            f"{tables} {made / statements['requests']:.2f}"
+            for tables, made in sorted(statements[name]["by_tables"].items())
+        ) for name in ("primary", "replica")
+    )  # fmt: skip
     load = results["load_average"]
     return [
-        "Issue 20's goals, all measured in this one run against the plain Flask + Peewee "
-        "baseline's list on the same primary:",
+        "Issue 32's goals, all measured in this one run, on the same primary and standby, "
+        "against the plain Flask + Peewee baseline's list and the stack's floor (the same "
+        "list function on a bare Connexion FlaskApp, served as shopapi is):",
         "",
-        "| goal | measured | goal | |",
-        "|---|---|---|---|",
+        "| # | goal | measured | target | |",
+        "|---|---|---|---|---|",
         *rows,
         "",
-        f"- Cores for 10,000 req/s (CPU-ms per request x 10, at 100 % busy): the mix "
-        f"({parts}) x 10 = **{cores(mix, *MIX_PARTS):.1f}**; the baseline list "
-        f"({baseline_parts}) x 10 = **{cores(baseline, *BASELINE_PARTS):.1f}**. PgBouncer is "
-        "counted (shopapi's side only: the baseline connects directly).",
-        f"- The stack's floor: the baseline's list, the same function, served as shopapi is "
-        f"(gunicorn's uvicorn workers, a bare Connexion FlaskApp, Flask on shopapi's bridge; "
-        f"bench/floor_app.py) with no feature, costs **{results['list']['floor_ratio']:.2f}x** "
-        "the baseline's app CPU: that part of the ratios above is the fixed stack's, before "
-        "any of shopapi's features.",
-        f"- Saturation: the mix's unthrottled throughput, {saturated:,.0f} req/s; the steps below "
-        "offer fractions of it at a constant rate.",
+        f"- Cores for 10,000 req/s (CPU-ms per request x 10, at 100 % busy): mix_v3 "
+        f"({parts(mix_v3, MIX_PARTS)}) x 10 = **{cores(mix_v3, *MIX_PARTS):.1f}**; the v1 mix "
+        f"({parts(mix, MIX_PARTS)}) x 10 = **{cores(mix, *MIX_PARTS):.1f}** (reported); the "
+        f"baseline list ({parts(baseline, BASELINE_PARTS)}) x 10 = "
+        f"**{cores(baseline, *BASELINE_PARTS):.1f}**. PgBouncer is counted (shopapi's side only: "
+        "the baseline connects directly).",
+        f"- The stack's floor, with no feature, costs **{listed['floor_ratio']:.2f}x** the "
+        "baseline's app CPU: goals 1, 2 and 4c measure what shopapi adds to it.",
+        f"- `conditional`: {statements['requests']:,.0f} revalidations in its rounds; the "
+        "statements per request each cluster ran meanwhile, by the tables they read "
+        f"(pg_stat_statements, counting only then): {by_tables or 'none'}.",
+        f"- Saturation: the v1 mix's unthrottled throughput, {mix['throughput']:,.0f} req/s; the "
+        "steps below offer fractions of it at a constant rate.",
         f"- Load average (1 min) {load['before']:.1f} before the run, {load['after']:.1f} after, "
         f"on {results['machine']['cores']} cores: above the cores, other work shared the CPU, "
         "and throughput and latency say more about it than about shopapi (CPU per request "
@@ -780,7 +968,9 @@ def markdown(results: dict) -> str:
         row("list, plain Flask + Peewee baseline", listed["baseline"]),
         row("list, the stack's floor (bare Connexion FlaskApp, uvicorn)", listed["floor"]),
         row("list, shopapi", listed["shopapi"]),
+        row("list revalidated (If-None-Match, unchanged: 304), shopapi", results["conditional"]),
         row("mix, shopapi", mix),
+        row("mix_v3 (the mix as a v3 client sends it), shopapi", results["mix_v3"]),
         row("mix, one instance of 1 worker", scale["one"]),
         row("mix, two instances of 1 worker", scale["two"]),
         "",
@@ -844,7 +1034,9 @@ def count_report(operations: dict) -> str:
 
 def pgbouncer_report(results: dict) -> list[str]:
     """PgBouncer's own CPU beside PostgreSQL's, for each run that went through it."""
-    runs = [("list, shopapi", results["list"]["shopapi"]), ("mix, shopapi", results["mix"])]
+    runs = [("list, shopapi", results["list"]["shopapi"])]
+    runs += [("list revalidated, shopapi", results["conditional"])]
+    runs += [("mix, shopapi", results["mix"]), ("mix_v3, shopapi", results["mix_v3"])]
     runs += [(f"{name} alone", run) for name, run in results["operations"].items()]
     runs += [("mix, two instances of 1 worker", results["scale_out"]["two"])]
     mix = results["mix"]

@@ -2,8 +2,13 @@
 --   BENCH_DATA   a Lua file returning {users = {{id, token}, ...}, partners = {token, ...},
 --                products = <count>, categories = {...}}: who the virtual clients are
 --   BENCH_MIX    "mix": list products with a filter and a sort 40 %, get a product 30 %, list my
---                orders 15 %, place an order 10 %, patch a product 5 %; or one of them alone:
---                "list", "list_v3" (the same list in v3, uncounted), "get", "orders", "create", "patch"
+--                orders 15 %, place an order 10 %, patch a product 5 %; "mix_v3": the same mix as
+--                a version 3 client sends it (/v3 paths, its defaults: no count, money as an
+--                object); or one operation alone: "list", "get", "orders", "create", "patch",
+--                each in v3 as "list_v3" (the same list, uncounted), "get_v3", ...; or
+--                "conditional": the list revalidated with If-None-Match (BENCH_REVALIDATIONS)
+--   BENCH_REVALIDATIONS  for "conditional": a Lua file returning {{token, path, etag}, ...}, each
+--                a list page a client already holds (load.py fetched them), sent with its ETag
 --   BENCH_RATE   requests/s per wrk thread, sent on a fixed schedule (wrk2's constant rate);
 --                unset or 0: as fast as the server answers
 --   BENCH_ADDRS  host:port,host:port: the servers, one per thread in turn (round-robin);
@@ -44,9 +49,14 @@ end
 local data, mix
 statuses, error_bodies = {}, {}
 
+local revalidations
+
 function init(args)
   data = dofile(os.getenv("BENCH_DATA"))
   mix = os.getenv("BENCH_MIX") or "mix"
+  if mix == "conditional" then
+    revalidations = dofile(os.getenv("BENCH_REVALIDATIONS"))
+  end
   math.randomseed(thread_number * 7919 + os.time())
 end
 
@@ -89,14 +99,22 @@ local function list_products_v3(user)
   return wrk.format("GET", path, bearer(user[2]))
 end
 
+-- Each operation of the mix, in version 1 and as a version 3 client sends it: v3's paths, its
+-- defaults (no count unless asked) and its money, an object with a decimal amount (spec/v3.yaml).
 local requests = {
   list = list_products,
   list_v3 = list_products_v3,
   get = function(user)
     return wrk.format("GET", "/v1/products/" .. math.random(data.products), bearer(user[2]))
   end,
+  get_v3 = function(user)
+    return wrk.format("GET", "/v3/products/" .. math.random(data.products), bearer(user[2]))
+  end,
   orders = function(user)
     return wrk.format("GET", "/v1/orders?sort=-created_at&per_page=20", bearer(user[2]))
+  end,
+  orders_v3 = function(user)
+    return wrk.format("GET", "/v3/orders?sort=-created_at&per_page=20", bearer(user[2]))
   end,
   create = function(user)
     local body = string.format(
@@ -104,25 +122,47 @@ local requests = {
     )
     return wrk.format("POST", "/v1/orders", bearer(user[2], JSON), body)
   end,
+  create_v3 = function(user)
+    local body = string.format(
+      '{"user_id":%d,"items":[{"product_id":%d,"quantity":1}]}', user[1], math.random(data.products)
+    )
+    return wrk.format("POST", "/v3/orders", bearer(user[2], JSON), body)
+  end,
   patch = function()
     local body = string.format('{"price_cents":%d}', math.random(100, 100000))
     local path = "/v1/products/" .. math.random(data.products)
     return wrk.format("PATCH", path, bearer(any(data.partners), MERGE_PATCH), body)
   end,
+  patch_v3 = function()
+    -- The seeded products are all in euros: the same prices as v1's patch, as v3 writes them.
+    local cents = math.random(100, 100000)
+    local body = string.format(
+      '{"price":{"amount":"%d.%02d","currency":"EUR"}}', math.floor(cents / 100), cents % 100
+    )
+    local path = "/v3/products/" .. math.random(data.products)
+    return wrk.format("PATCH", path, bearer(any(data.partners), MERGE_PATCH), body)
+  end,
+  -- A page the client holds, asked again with its ETag: unchanged, it is a 304 with no body.
+  conditional = function()
+    local held = any(revalidations)
+    return wrk.format("GET", held[2], bearer(held[1], {["If-None-Match"] = held[3]}))
+  end,
 }
 
--- The mix, as cumulative percentages.
+-- The mix, as cumulative percentages; a version's mix takes its operations (suffix "_v3").
 local MIX = {{40, "list"}, {70, "get"}, {85, "orders"}, {95, "create"}, {100, "patch"}}
+local MIXES = {mix = "", mix_v3 = "_v3"}
 
 function request()
   local user = any(data.users)
-  if mix ~= "mix" then
+  local version = MIXES[mix]
+  if not version then
     return requests[mix](user)
   end
   local pick = math.random(100)
   for _, share in ipairs(MIX) do
     if pick <= share[1] then
-      return requests[share[2]](user)
+      return requests[share[2] .. version](user)
     end
   end
 end
