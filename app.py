@@ -36,7 +36,7 @@ from connexion.options import SwaggerUIOptions
 from models import User, demo, off_loop
 from models.db import close_connection, database, error_summary, open_database, use
 from models.start_up import StartUpWork
-from shopapi import internals
+from shopapi import docs_ui, internals
 from shopapi.auth import security
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size))
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
     # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
-    docs_only = SwaggerUIOptions(serve_spec=False)
+    docs_only = SwaggerUIOptions(serve_spec=False, swagger_ui_config=docs_ui.CONFIG)
     served_specs = [
         *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),

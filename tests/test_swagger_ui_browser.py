@@ -253,6 +253,76 @@ def test_a_person_syncs_a_batch_and_expands_an_order_in_the_v3_docs(base, page):
     assert "expand=user%2Citems.product" in url or "expand=user,items.product" in url, url
 
 
+# What a reader sees first: a laptop's screen, below the browser's own bars.
+FIRST_SCREEN = {"width": 1280, "height": 720}
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+def test_authorize_is_on_the_first_screen(base, browser, version):
+    """The page opens on a short introduction and the Authorize button, not on the conventions:
+    those are one link away (docs/api.md, docs/list-language.md)."""
+    context = browser.new_context(viewport=FIRST_SCREEN)
+    try:
+        page = context.new_page()
+        page.goto(f"{base}/{version}/ui/")
+        authorize = page.locator(".auth-wrapper").get_by_role("button", name="Authorize")
+        expect(authorize).to_be_visible()
+        box = authorize.bounding_box()
+        print(f"/{version}/ui/: Authorize at {box['y']:.0f} px")
+        assert box["y"] + box["height"] <= FIRST_SCREEN["height"], (
+            f"Authorize is {box['y']:.0f} px down /{version}/ui/, below the first screen"
+        )
+    finally:
+        context.close()
+
+
+def test_authorization_outlives_a_reload(base, page):
+    """Swagger UI keeps the reader's authorization (persistAuthorization) across a reload, so
+    "Try it out" still sends it."""
+    authorise_with_password(page, base)
+    page.reload()
+    dialog = open_authorize_dialog(page, base)
+    section = dialog.locator(".auth-container").filter(
+        has=page.get_by_role("heading", name="oauth2 (OAuth2, password)")
+    )
+    expect(section.get_by_role("button", name="Logout")).to_be_visible()
+    close_dialog(page, dialog)
+    assert try_it_out(page, "list_products") == "200"
+
+
+def _measured(parameters: Locator) -> str:
+    rows = parameters.locator("tr[data-param-name]").count()
+    height = parameters.bounding_box()["height"]
+    page = parameters.page.evaluate("document.documentElement.scrollHeight")
+    return f"{rows} parameters, {height:.0f} px (the page: {page} px)"
+
+
+def test_the_products_list_in_try_it_out_folds_its_operator_filters(base, page):
+    """GET /products in "Try it out" shows its everyday parameters and folds the operator filters
+    (`price_cents[gte]`, ...) behind one button: a reader is not made to scroll past 84 inputs to
+    reach Execute. Every filter is one click away, and still in the contract."""
+    page.goto(f"{base}/v1/ui/")
+    operation = page.locator("#operations-products-list_products")
+    operation.locator(".opblock-summary").click()
+    operation.get_by_role("button", name="Try it out").click()
+    expect(operation.get_by_role("button", name="Execute")).to_be_visible()
+    parameters = operation.locator(".opblock-section").first
+    price_from = parameters.locator('tr[data-param-name="price_cents[gte]"]')
+    print(f"GET /products in Try it out, folded: {_measured(parameters)}")
+    assert parameters.bounding_box()["height"] <= 3 * page.viewport_size["height"]
+    expect(price_from).to_have_count(0)
+
+    operation.get_by_role("button", name=re.compile(r"^Show the \d+ operator filters")).click()
+    expect(price_from).to_have_count(1)
+    print(f"unfolded: {_measured(parameters)}")
+
+    # A filter given a value stays shown, folded or not: what Execute sends is on the page.
+    price_from.locator("input").fill("100")
+    operation.get_by_role("button", name="Hide the operator filters").click()
+    expect(price_from).to_have_count(1)
+    expect(parameters.locator('tr[data-param-name="price_cents[lte]"]')).to_have_count(0)
+
+
 # A docs reader's "Try it out": every list, and replacing or changing a product, run with the
 # values Swagger UI fills in from the contract's examples. The tests share one live server (with
 # its seeded rows), one browser page and one login.

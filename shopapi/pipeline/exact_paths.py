@@ -11,6 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shopapi.docs_ui import DocsUIAPI
+
 
 def _without_slash_redirects(router: Router) -> None:
     """`router`, every router mounted in it and every router it falls back to: no redirects."""
@@ -34,15 +36,24 @@ class ExactRoutingMiddleware(RoutingMiddleware):
 
 
 class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
-    """Connexion's docs UI, without Starlette's slash redirects. Only the docs' own paths go
-    through its router: every other request would cross it to find no route there."""
+    """Connexion's docs UI, with our page (shopapi/docs_ui) and without Starlette's slash
+    redirects. Only the docs' own paths go through its router: every other request would cross
+    it to find no route there."""
 
     def __init__(self, app: ASGIApp):
         super().__init__(app)
         self.docs_paths: tuple[str, ...] = ()  # `/v1/ui`, ...: what the router may answer
 
-    def add_api(self, *args, **kwargs) -> None:
-        super().add_api(*args, **kwargs)
+    def add_api(self, specification, base_path=None, arguments=None, **kwargs) -> None:
+        # SwaggerUIMiddleware.add_api, with DocsUIAPI for SwaggerUIAPI.
+        api = DocsUIAPI(
+            specification,
+            base_path=base_path,
+            arguments=arguments,
+            default=self.default_fn,
+            **kwargs,
+        )
+        self.router.mount(api.base_path, app=api.router)
         _without_slash_redirects(self.router)
         self.docs_paths = tuple(
             {
