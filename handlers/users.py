@@ -19,9 +19,9 @@ from models import User
 from models.db import database
 from models.passwords import hash_password
 from models.user import normalised_email
+from shopapi.auth.attempts import limited_attempt
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
-from shopapi.pipeline.attempt_limits import limited_attempt
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.responses import created
