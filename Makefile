@@ -181,9 +181,11 @@ profile: install-dev wrk
 bench-depth: install-dev
 	$(BIN)/python bench/list_depth.py
 
+# lint-imports: the rooms' dependency rules (setup.cfg's [importlinter], docs/architecture.md).
 lint: install-dev contract-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/well-known.yaml
 	REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(CONTRACT_TOOLS)/node_modules/.bin/redocly lint \
 	  spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/well-known.yaml spec/metrics.yaml

@@ -13,7 +13,7 @@ from handlers.webhooks import represent_delivery, with_attempts
 from models import Device, PushAttempt, PushDelivery, User
 from models.errors import InvalidReference
 from shopapi.auth.security import current_principal
-from shopapi.events.push.sending import b64url_decode
+from shopapi.events.push.base64url import b64url_decode
 from shopapi.web.listing import list_response
 from shopapi.web.responses import created
 

@@ -15,9 +15,9 @@ from connexion.exceptions import Forbidden
 from models import User
 from models.db import database
 from models.user import CredentialsChange, normalised_email
+from shopapi.auth.attempts import limited_attempt
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
-from shopapi.pipeline.attempt_limits import limited_attempt
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.responses import created

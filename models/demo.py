@@ -9,7 +9,6 @@ While any account still has a published password, the service says so at start-u
 """
 
 import logging
-from collections.abc import Mapping
 
 import peewee
 
@@ -33,16 +32,6 @@ PARTNER = {
 }
 ACCOUNTS = (ADMIN, CUSTOMER, PARTNER)
 PUBLISHED_PASSWORDS = frozenset(account["password"] for account in ACCOUNTS)
-
-
-def wanted(environ: Mapping[str, str]) -> bool:
-    """Whether the demo data belongs in the database the environment names: SEED_DEMO says so
-    (1/0); unset, only the demo database (no DATABASE_URL) gets it."""
-    from shopapi.settings.parse import boolean  # the one reading of a boolean variable
-
-    if environ.get("SEED_DEMO", "").strip():
-        return boolean("SEED_DEMO", environ["SEED_DEMO"])
-    return "DATABASE_URL" not in environ
 
 
 def published_passwords_in_use(admin_email: str | None = None, admin_password: str | None = None):

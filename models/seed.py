@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from models import Order, Product, User, demo
 from models.db import database, open_database, use
+from shopapi.settings import Settings
+from shopapi.settings.parse import boolean  # the one reading of a boolean variable
 
 PRODUCTS = [
     {
@@ -63,11 +65,17 @@ def seed(with_admin: bool = True) -> bool:
     return True
 
 
+def wanted(environ: Mapping[str, str]) -> bool:
+    """Whether the demo data belongs in the database the environment names: SEED_DEMO says so
+    (1/0); unset, only the demo database (no DATABASE_URL) gets it."""
+    if environ.get("SEED_DEMO", "").strip():
+        return boolean("SEED_DEMO", environ["SEED_DEMO"])
+    return "DATABASE_URL" not in environ
+
+
 def main(environ: Mapping[str, str] = os.environ) -> str:
     """Seed the database the environment names, if it wants the demo data; what was done."""
-    from shopapi.settings import Settings
-
-    if not demo.wanted(environ):
+    if not wanted(environ):
         return (
             "no demo data: DATABASE_URL names a database of your own (SEED_DEMO=1 adds the demo "
             "data and its accounts with published passwords)"

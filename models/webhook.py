@@ -1,6 +1,6 @@
-"""Webhooks, and the life of each delivery of an event to one: fan-out, the claim, each attempt
-and its verdict, retries. The worker (shopapi/events/worker.py) runs it; docs/events.md tells
-the guarantees."""
+"""Webhooks, and the life of each delivery of an event to one: which webhooks receive an event,
+the claim, each attempt and its verdict, retries. The worker (shopapi/events/worker.py) fans
+events out and runs it; docs/events.md tells the guarantees."""
 
 import datetime
 
@@ -9,7 +9,6 @@ import peewee
 from models.base import BaseModel
 from models.db import database
 from models.delivery import Attempt, LeasedDelivery, Retries
-from models.device import PushDelivery
 from models.event import Event
 from models.fields import utc_now
 from models.user import ROLE_SCOPES, User
@@ -116,26 +115,6 @@ class Delivery(LeasedDelivery):
             resource_type=event.resource_type,
             resource_id=event.resource_id,
         )
-
-    @classmethod
-    def fan_out(cls, batch: int, notifies, devices_per_user: int) -> list[Event]:
-        """Create the deliveries of the next `batch` new events, to each webhook that receives
-        them and (unless `notifies` is None), for the events `notifies(event)` says notify their
-        owner, to each of the owner's devices (`devices_per_user` at most); and mark the events
-        dispatched, all in one transaction. Returns the events."""
-        with database.atomic():
-            events = list(Event.undispatched(batch))
-            if events:
-                webhooks = list(Webhook.enabled_with_owners())
-                for event in events:
-                    for webhook in webhooks:
-                        if webhook.receives(event):
-                            cls.of(webhook, event)
-                if notifies is not None:
-                    notifying = [event for event in events if notifies(event)]
-                    PushDelivery.fan_out(notifying, devices_per_user)
-                Event.mark_dispatched(events)
-        return events
 
     @classmethod
     def claim_due(cls, attempt_seconds: float) -> "Delivery | None":

@@ -130,4 +130,4 @@ def test_an_operators_admin_with_a_published_password_is_warned_of(app, app_with
     ],
 )
 def test_which_databases_get_the_demo_data(environ, wanted):
-    assert demo.wanted(environ) is wanted
+    assert seed.wanted(environ) is wanted

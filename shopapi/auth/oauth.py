@@ -10,8 +10,8 @@ from urllib.parse import unquote_plus
 from models import OAuthClient, RefreshToken, Revocation, User
 from models.refresh_token import Issued, RefreshTokenReused
 from models.user import ROLE_SCOPES, SCOPES, normalised_email
+from shopapi.auth.attempts import limited_attempt
 from shopapi.auth.tokens import CREDENTIALS_VERSION, LOGIN, AccessTokens
-from shopapi.pipeline.attempt_limits import limited_attempt
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 # What the key deriving refresh tokens' successors is for (AccessTokens.derived_key).

@@ -23,7 +23,7 @@ from models import (
 from models.db import close_connection, database, open_database, use
 from models.delivery import Retries
 from shopapi.events import push, webhook_delivery
-from shopapi.events.push import sending
+from shopapi.events.push import outcomes, sending
 from shopapi.events.webhook_delivery import Outcome
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.telemetry import logs
@@ -40,8 +40,19 @@ def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_US
     """Create the deliveries of the next batch of new events, webhooks' and (unless not
     `push_deliveries`) devices' (to at most `devices_per_user` of each owner's), and mark them
     dispatched, in one transaction. Returns how many events were fanned out."""
-    notifies = push.notifies if push_deliveries else None
-    return len(Delivery.fan_out(FAN_OUT_BATCH, notifies, devices_per_user))
+    with database.atomic():
+        events = list(Event.undispatched(FAN_OUT_BATCH))
+        if events:
+            webhooks = list(Webhook.enabled_with_owners())
+            for event in events:
+                for webhook in webhooks:
+                    if webhook.receives(event):
+                        Delivery.of(webhook, event)
+            if push_deliveries:
+                notifying = [event for event in events if push.notifies(event)]
+                PushDelivery.fan_out(notifying, devices_per_user)
+            Event.mark_dispatched(events)
+    return len(events)
 
 
 def deliver_one(settings: Settings, retries: Retries) -> bool:
@@ -68,7 +79,7 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
         raise
     except Exception as error:
         failure = _sender_failed("webhook sender failed", delivered_to, error)
-        outcome = Outcome(status=None, error=failure, duration_ms=sending.since(started))
+        outcome = Outcome(status=None, error=failure, duration_ms=outcomes.since(started))
     number, result = delivery.record(
         outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
     )
@@ -123,7 +134,7 @@ def push_one(senders, retries: Retries, timeout: float, per_owner: int = 1) -> b
         raise
     except Exception as error:
         failure = _sender_failed("push sender failed", delivered_to, error)
-        outcome = sending.Outcome("retry", None, failure, sending.since(started))
+        outcome = outcomes.Outcome("retry", None, failure, outcomes.since(started))
     number, verdict = delivery.record(
         outcome.recorded, outcome.verdict, retries, outcome.retry_after
     )

@@ -1,6 +1,6 @@
 """Failed attempts per account (`x-rate-limit-failed-login-per-account`, ...): the handler names
-the account as it makes the attempt (`limited_attempt`), so the count is of exactly what it
-checks, wherever the requests come from. Design: docs/pipeline.md."""
+the account as it makes the attempt (`limited_attempt`, shopapi/auth/attempts.py), so the count
+is of exactly what it checks, wherever the requests come from. Design: docs/pipeline.md."""
 
 import asyncio
 import concurrent.futures
@@ -12,10 +12,10 @@ import ipaddress
 import logging
 from collections.abc import Iterator
 
-import connexion
 import limits
 from starlette.types import Scope
 
+from shopapi.auth.attempts import Attempt
 from shopapi.contract.operations import Operations
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled_each
 from shopapi.pipeline.request_facts import client_address
@@ -156,7 +156,7 @@ class AttemptGate:
             return None
 
     @contextlib.contextmanager
-    def attempt(self, account: str) -> Iterator["Attempt"]:
+    def attempt(self, account: str) -> Iterator[Attempt]:
         # Counted before it is made, given back unless it fails: concurrent attempts on any
         # worker or host cannot slip past the limit.
         hits = self._on_loop(self._count(account)) or []
@@ -218,28 +218,3 @@ class AttemptGate:
                 await self.counter.refund(hit.declared.limit, hit.declared.name, hit.key)
         if self._spares_known_addresses:
             await self.counter.remember(self._known_key(account), KNOWN_ADDRESS_SECONDS)
-
-
-class Attempt:
-    has_failed = False
-
-    def failed(self) -> None:
-        """The attempt failed (a wrong password, a taken email): it stays counted."""
-        self.has_failed = True
-
-
-@contextlib.contextmanager
-def limited_attempt(account: str) -> Iterator[Attempt]:
-    """For a handler: an attempt on `account` (`user:<id>`, or `email:<email>` that no user
-    has), limited as the request's operation declares; 429 (TooManyRequests) when the account
-    is over a limit. Call `failed()` on it when the attempt fails; otherwise it does not count.
-    Without a declared limit (or a store), the attempt is simply made."""
-    try:
-        gate = connexion.context.scope.get("state", {}).get("attempt_limit")
-    except RuntimeError:  # outside a request: nothing to count against
-        gate = None
-    if gate is None:
-        yield Attempt()
-        return
-    with gate.attempt(account) as attempt:
-        yield attempt

@@ -11,7 +11,7 @@ from jose import jwt
 
 from models import Device
 from shopapi.events.push import PushNotification
-from shopapi.events.push.sending import Outcome, answered, no_answer, since
+from shopapi.events.push.outcomes import Outcome, answered, no_answer, since
 from shopapi.settings import Settings
 
 # Apple refuses a provider token older than an hour, and one renewed more often than every

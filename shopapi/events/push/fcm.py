@@ -10,7 +10,7 @@ from jose import jwt
 
 from models import Device
 from shopapi.events.push import PushNotification
-from shopapi.events.push.sending import Outcome, answered, no_answer, since
+from shopapi.events.push.outcomes import Outcome, answered, no_answer, since
 from shopapi.settings import Settings
 
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"

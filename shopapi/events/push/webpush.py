@@ -14,8 +14,9 @@ from jose import jwt
 from models import Device
 from shopapi.events import outbound
 from shopapi.events.push import PushNotification
+from shopapi.events.push.base64url import b64url, b64url_decode
 from shopapi.events.push.endpoints import EndpointRule
-from shopapi.events.push.sending import Outcome, answered, b64url, b64url_decode, no_answer
+from shopapi.events.push.outcomes import Outcome, answered, no_answer
 from shopapi.settings import Settings
 
 # How long the push service keeps a message for a device that is offline (RFC 8030 5.2).
