@@ -41,8 +41,14 @@ from shopapi.auth import security
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import checked_specs, served, spec_files
+from shopapi.contract.allowed_methods import AllowedMethods
 from shopapi.contract.list_language import expand
-from shopapi.contract.operations import Operations, operations_of
+from shopapi.contract.operations import (
+    Operations,
+    base_path_of,
+    failed_auth_limit_of,
+    security_requirements,
+)
 from shopapi.contract.resolver import HandlerResolver
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
@@ -85,12 +91,6 @@ def _load(name: str) -> dict:
     return spec_files.load(SPEC_DIR / name)
 
 
-def _base_path(spec: dict) -> str:
-    # Given to Connexion explicitly: left to read it from `servers`, Connexion routes every
-    # request to an API served at the root ("/") and none to the others.
-    return spec["servers"][0]["url"].rstrip("/")
-
-
 log = logging.getLogger("shopapi.app")
 
 
@@ -106,11 +106,12 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # enforced with API keys needing the operations' OAuth scopes.
     api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
     contract_documents = served.documents(api_specs)
-    api_specs = [security.with_api_key_scopes(spec) for spec in api_specs]
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN; the
     # health probes (/healthz, /readyz) nothing.
-    root_specs = [_load("well-known.yaml"), security.with_api_key_scopes(_load("metrics.yaml"))]
+    root_specs = [_load("well-known.yaml"), _load("metrics.yaml")]
+    for spec in [*api_specs, *root_specs]:
+        security.with_api_key_scopes(security_requirements(spec))
     # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
     # the pipeline's own database work's and the event streams' readers.
     connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
@@ -147,15 +148,18 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     ]
     internals.check_specs_with(partial(checked_specs.check_once, marks=SPEC_DIR / ".checked"))
     for served_spec, docs in served_specs:
+        # The base path given to Connexion explicitly: left to read it from `servers`, Connexion
+        # routes every request to an API served at the root ("/") and none to the others.
+        base_path = base_path_of(served_spec)
         app.add_api(
             served_spec,
-            base_path=_base_path(served_spec),
-            resolver=HandlerResolver(served_spec),
+            base_path=base_path,
+            resolver=HandlerResolver(Operations([served_spec]), base_path),
             strict_validation=True,
             validate_responses=settings.validate_responses,
             swagger_ui_options=docs,
         )
-    problems.register(app, api_specs)
+    problems.register(app, AllowedMethods(Operations(api_specs)))
     app.app.teardown_request(close_connection)
     # After close_connection: a request's transaction ends before its connection goes back.
     commit_answers_with_changes(app.app)
@@ -208,19 +212,14 @@ def pipeline(
     WSGIBridge's threads), where the resolver's wrappers (ETags, the version's representation)
     call the handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
+    root_operations = Operations(root_specs)
     counter = LimitCounter(settings.rate_limit_storage_uri)
     scale = settings.rate_limit_scale
-    failed_auth_limit = api_specs[0].get("x-rate-limit-failed-auth")
+    failed_auth_limit = failed_auth_limit_of(api_specs[0])
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
-    unversioned = tuple(op.route for spec in root_specs for op in operations_of(spec))
+    unversioned = tuple(op.route for op in root_operations)
     # The operations a balancer polls (`x-probe`): apart in the request log and the metrics.
-    probes = frozenset(
-        operation["operationId"]
-        for spec in root_specs
-        for item in spec["paths"].values()
-        for operation in item.values()
-        if isinstance(operation, dict) and operation.get("x-probe")
-    )
+    probes = root_operations.probes
     layers = [
         # Connexion's last resort: a plain 500 for what escapes every layer below.
         ServerErrorMiddleware,
@@ -307,7 +306,7 @@ def pipeline(
         partial(
             IdempotencyMiddleware,
             secret=settings.cursor_secret,
-            error_handlers=problems.handlers(api_specs),
+            error_handlers=problems.handlers(AllowedMethods(Operations(api_specs))),
             lease=datetime.timedelta(seconds=settings.idempotency_lease_seconds),
         ),
         # Connexion's: the request's context (connexion.context) for the handler.

@@ -202,8 +202,9 @@ def _listed_fields(client):
         resource = resource["get"].get("x-list-of") if op.method == "GET" else None
         if resource is None:
             continue
-        schemas = op.resolve.document["components"]["schemas"]
-        fields = filterable(listed_properties(schemas[resource], schemas), schemas)
+        document = op.resolve.document
+        schema = document["components"]["schemas"][resource]
+        fields = filterable(listed_properties(schema, document), document)
         parameters = {p["name"]: p for p in op.query_parameters()}
         yield (
             op,

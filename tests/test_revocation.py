@@ -14,8 +14,8 @@ from support.live import live_server
 
 from models import RefreshToken, Revocation, User
 from models.db import database
-from models.fields import utc_now
 from models.errors import CurrentPasswordRequired
+from models.fields import utc_now
 from models.refresh_token import REUSE_GRACE_SECONDS
 from models.user import CredentialsChange
 

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import hmac
 import weakref
+from collections.abc import Iterable
 
 import connexion
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
@@ -56,22 +57,17 @@ SECURITY_MAP = {
 }
 
 
-def with_api_key_scopes(spec: dict) -> dict:
-    """`spec` (in place) with each `apiKey` requirement given the scopes of the `oauth2`
-    requirement beside it. OpenAPI 3.0 allows scopes only on OAuth schemes, so the contract
-    lists none for API keys and says that a key needs the operation's OAuth scopes; Connexion
-    passes a requirement's scopes to `api_key_info`, which checks them."""
-    requirement_lists = [spec.get("security", [])]
-    for item in spec["paths"].values():
-        requirement_lists += [
-            op["security"] for op in item.values() if isinstance(op, dict) and "security" in op
-        ]
+def with_api_key_scopes(requirement_lists: Iterable[list[dict]]) -> None:
+    """Give each `apiKey` requirement of these lists (a spec's: contract/operations.py's
+    `security_requirements`, which app.py hands over) the scopes of the `oauth2` requirement
+    beside it, in place. OpenAPI 3.0 allows scopes only on OAuth schemes, so the contract lists
+    none for API keys and says that a key needs the operation's OAuth scopes; Connexion passes a
+    requirement's scopes to `api_key_info`, which checks them."""
     for requirements in requirement_lists:
         oauth_scopes = next((r["oauth2"] for r in requirements if "oauth2" in r), [])
         for requirement in requirements:
             if requirement.get("apiKey") == []:
                 requirement["apiKey"] = list(oauth_scopes)
-    return spec
 
 
 def install(

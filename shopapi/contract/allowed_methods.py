@@ -1,20 +1,21 @@
 """Which methods each path of the contract allows, for the `Allow` header of a 405 (Connexion's
 405 names only one route's). Why: docs/contract.md."""
 
-from shopapi.contract.operations import HTTP_METHODS, route_pattern
+from collections.abc import Iterable
+
+from shopapi.contract.operations import Operation, route_pattern
 
 
 class AllowedMethods:
-    def __init__(self, specs: list[dict]):
+    def __init__(self, operations: Iterable[Operation]):
+        methods_of: dict[str, set[str]] = {}
+        for operation in operations:
+            methods_of.setdefault(operation.route, set()).add(operation.method)
         self._paths = []
-        for spec in specs:
-            base = spec.get("servers", [{}])[0].get("url", "").rstrip("/")
-            for template, item in spec["paths"].items():
-                pattern = route_pattern(base + template)
-                methods = {m.upper() for m in item if m in HTTP_METHODS}
-                if "GET" in methods:
-                    methods.add("HEAD")
-                self._paths.append((template.count("{"), pattern, ", ".join(sorted(methods))))
+        for route, methods in methods_of.items():
+            if "GET" in methods:
+                methods.add("HEAD")
+            self._paths.append((route.count("{"), route_pattern(route), ", ".join(sorted(methods))))
         # A literal segment before a parameter, as the router takes it: /products/batch is not
         # /products/{id}.
         self._paths.sort(key=lambda entry: entry[0])

@@ -4,6 +4,8 @@ filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md.""
 import copy
 import re
 
+from shopapi.contract.operations import components, operation_objects, resolved
+
 ORDERED = ("lt", "lte", "gt", "gte")
 _MEANING = {
     "ne": "is not",
@@ -26,37 +28,37 @@ _NOT_TEXT_FORMATS = ("date-time", "date", "decimal")
 TEXT_FILTER_MAX_LENGTH = 1000
 
 
-def _resolve(schema: dict, schemas: dict) -> dict:
+def _resolve(schema: dict, spec: dict) -> dict:
     """`schema` with its `$ref` followed and its `allOf` merged into one."""
-    while "$ref" in schema:
-        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    schema = resolved(schema, spec)
     if "allOf" not in schema:
         return schema
     merged = {}
     for part in schema["allOf"]:
-        merged.update(_resolve(part, schemas))
+        merged.update(_resolve(part, spec))
     merged.update({k: v for k, v in schema.items() if k != "allOf"})
     return merged
 
 
-def listed_properties(resource: dict, schemas: dict) -> dict[str, dict]:
+def listed_properties(resource: dict, spec: dict) -> dict[str, dict]:
     """The properties a list shows: every one but the write-only, and those only `expand`
-    brings (`x-expansion`: another resource, filtered in its own list)."""
+    brings (`x-expansion`: another resource, filtered in its own list). `spec`: the contract
+    `resource` is a schema of, where its references lead."""
     properties = {}
     for name, schema in resource.get("properties", {}).items():
-        schema = _resolve(schema, schemas)
+        schema = _resolve(schema, spec)
         if not schema.get("writeOnly") and "x-expansion" not in schema:
             properties[name] = schema
     return properties
 
 
-def filterable(properties: dict[str, dict], schemas: dict) -> dict[str, dict]:
+def filterable(properties: dict[str, dict], spec: dict) -> dict[str, dict]:
     """The scalar properties, and those of object properties under dotted names."""
     scalars = {}
     for name, schema in properties.items():
         if schema.get("type") == "object":
-            inner = listed_properties(schema, schemas)
-            scalars.update({f"{name}.{n}": s for n, s in filterable(inner, schemas).items()})
+            inner = listed_properties(schema, spec)
+            scalars.update({f"{name}.{n}": s for n, s in filterable(inner, spec).items()})
         elif schema.get("type") != "array":
             scalars[name] = schema
     return scalars
@@ -135,10 +137,10 @@ def _sort_example(sortable: dict[str, dict]) -> str:
     return f"-{times[0]},id" if times else "-id"
 
 
-def list_parameters(properties: dict[str, dict], schemas: dict) -> list[dict]:
+def list_parameters(properties: dict[str, dict], spec: dict) -> list[dict]:
     """The list language's parameters for a resource with these `properties`. No `example`:
     Swagger UI would fill it in and send it with every "Try it out"; the descriptions show one."""
-    sortable = filterable(properties, schemas)
+    sortable = filterable(properties, spec)
     parameters = [
         _filter_parameter(name, schema, operator)
         for name, schema in sortable.items()
@@ -195,20 +197,19 @@ def expand(spec: dict) -> dict:
     """A copy of `spec` in which every `x-list-of` operation refers to the list language's
     parameters, declared once per listed resource under `components/parameters`."""
     spec = copy.deepcopy(spec)
-    schemas = spec["components"]["schemas"]
-    shared = spec["components"].setdefault("parameters", {})
+    schemas = components(spec, "schemas")
+    shared = components(spec, "parameters")
     references: dict[str, list[dict]] = {}
-    for item in spec["paths"].values():
-        for operation in item.values():
-            if not (isinstance(operation, dict) and "x-list-of" in operation):
-                continue
-            resource = operation["x-list-of"]
-            if resource not in references:
-                properties = listed_properties(schemas[resource], schemas)
-                references[resource] = []
-                for parameter in list_parameters(properties, schemas):
-                    name = _component_name(resource, parameter)
-                    shared[name] = copy.deepcopy(parameter)
-                    references[resource].append({"$ref": f"#/components/parameters/{name}"})
-            operation.setdefault("parameters", []).extend(copy.deepcopy(references[resource]))
+    for _, _, _, operation in operation_objects(spec):
+        resource = operation.get("x-list-of")
+        if resource is None:
+            continue
+        if resource not in references:
+            properties = listed_properties(schemas[resource], spec)
+            references[resource] = []
+            for parameter in list_parameters(properties, spec):
+                name = _component_name(resource, parameter)
+                shared[name] = copy.deepcopy(parameter)
+                references[resource].append({"$ref": f"#/components/parameters/{name}"})
+        operation.setdefault("parameters", []).extend(copy.deepcopy(references[resource]))
     return spec

@@ -6,6 +6,7 @@ import functools
 import flask
 from connexion.resolver import Resolution, Resolver
 
+from shopapi.contract.operations import Operations
 from shopapi.web import etags, representations
 
 _JSON = {"Content-Type": "application/json"}
@@ -44,14 +45,17 @@ def _untyped_when_empty(handler):
 
 
 class HandlerResolver(Resolver):
-    def __init__(self, spec: dict):
-        """`spec`: the contract whose operations this resolver resolves."""
+    def __init__(self, operations: Operations, base_path: str):
+        """`operations`: those of the contract served at `base_path`, which this resolver
+        resolves."""
         super().__init__()
-        self.spec = spec
+        self.operations = operations
+        self.base_path = base_path
 
     def resolve(self, operation):
         operation_id = self.resolve_operation_id(operation)
         handler = _as_json(self.resolve_function_from_operation_id(operation_id))
-        handler = etags.conditional(handler, self.spec, operation.path, operation.method)
+        declared = self.operations.at(self.base_path + operation.path, operation.method)
+        handler = etags.conditional(handler, declared)
         handler = _untyped_when_empty(handler)
         return Resolution(handler, operation_id)

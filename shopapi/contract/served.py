@@ -11,6 +11,8 @@ import yaml
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shopapi.contract.operations import base_path_of
+
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -58,7 +60,7 @@ def documents(specs: list[dict]) -> dict[str, Representation]:
     """The served representations of each spec, by path (`/v1/openapi.json`, ...)."""
     served = {}
     for spec in specs:
-        base = spec["servers"][0]["url"].rstrip("/")
+        base = base_path_of(spec)
         as_json, as_yaml = _prepared(orjson.dumps(spec))
         served[f"{base}/openapi.json"] = as_json
         served[f"{base}/openapi.yaml"] = as_yaml

@@ -98,29 +98,15 @@ def if_match(row, represent):
     return row
 
 
-def _resolved(node: dict, spec: dict) -> dict:
-    while "$ref" in node:
-        path = node["$ref"].removeprefix("#/").split("/")
-        node = functools.reduce(lambda parent, key: parent[key], path, spec)
-    return node
-
-
-def conditional(handler, spec: dict, path: str, method: str):
+def conditional(handler, operation):
     """`handler`, which answers `(body, status, headers)`, with the ETag behaviour that its
-    operation (`method` on `path` in `spec`) declares; `handler` itself when it declares none."""
-    item = spec["paths"][path]
-    operation = item[method]
-    parameters = [*item.get("parameters", ()), *operation.get("parameters", ())]
-    header_parameters = {
-        parameter["name"].lower()
-        for parameter in (_resolved(p, spec) for p in parameters)
-        if parameter["in"] == "header"
-    }
-    success = _resolved(operation["responses"].get("200", {}), spec)
-    tagged = any(name.lower() == "etag" for name in success.get("headers", {}))
-    weak = "x-list-of" in operation
-    revalidates = method == "get" and "if-none-match" in header_parameters
-    guarded = "if-match" in header_parameters
+    operation declares (an Operation of shopapi/contract/operations.py: an `ETag` header on its
+    200, `If-None-Match` or `If-Match` among its header parameters, `x-list-of`); `handler`
+    itself when it declares none."""
+    tagged = "etag" in operation.success_headers
+    weak = operation.list_of is not None
+    revalidates = operation.method == "GET" and "if-none-match" in operation.header_parameters
+    guarded = "if-match" in operation.header_parameters
     if not (tagged or guarded):
         return handler
 

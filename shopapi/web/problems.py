@@ -17,7 +17,6 @@ from starlette.exceptions import HTTPException
 from models.errors import Conflict, CurrentPasswordRequired, InvalidReference
 from shopapi.auth.oauth import OAuthError
 from shopapi.auth.security import NO_CREDENTIALS, challenge, presented_credentials
-from shopapi.contract.allowed_methods import AllowedMethods
 
 log = logging.getLogger("shopapi.errors")
 
@@ -112,7 +111,7 @@ def _from_problem_exception(request, exc: ProblemException):
     )
 
 
-def _from_http_exception_with(allowed_methods: AllowedMethods):
+def _from_http_exception_with(allowed_methods):
     def _from_http_exception(request, exc: HTTPException):
         headers = dict(exc.headers or {})
         detail = exc.detail
@@ -197,13 +196,14 @@ def _unexpected(request, exc: Exception):
     return problem(request, 500, "An unexpected error occurred; it has been logged.")
 
 
-def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
+def handlers(allowed_methods) -> dict[type[Exception], Callable]:
     """Each exception class and the handler that turns it into a problem response, for an app
-    serving `specs`."""
+    whose paths allow these methods (`allowed_methods.header_for(path)`: the contract's
+    AllowedMethods, given by app.py)."""
     return {
         ProblemException: _from_problem_exception,
         OAuthError: _oauth_error,
-        HTTPException: _from_http_exception_with(AllowedMethods(specs)),
+        HTTPException: _from_http_exception_with(allowed_methods),
         peewee.DoesNotExist: _not_found,
         Conflict: _conflict,
         CurrentPasswordRequired: _current_password_required,
@@ -218,7 +218,7 @@ def handlers(specs: list[dict]) -> dict[type[Exception], Callable]:
     }
 
 
-def register(app, specs: list[dict]) -> None:
-    """Install the problem handlers on a Connexion app serving `specs`."""
-    for exception, handler in handlers(specs).items():
+def register(app, allowed_methods) -> None:
+    """Install the problem handlers on a Connexion app whose paths allow these methods."""
+    for exception, handler in handlers(allowed_methods).items():
         app.add_error_handler(exception, handler)
