@@ -36,7 +36,6 @@ from connexion.options import SwaggerUIOptions
 from models import User, demo, off_loop
 from models.db import close_connection, database, error_summary, open_database, use
 from models.start_up import StartUpWork
-from shopapi import internals
 from shopapi.auth import security
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
@@ -50,6 +49,7 @@ from shopapi.events import stream
 from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.stream import EventStreams
+from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.draining import Drain
@@ -137,7 +137,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         uri_parser_class=ArrayFormsURIParser,
     )
     no_merge_slashes(app)
-    internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size))
+    connexion_internals.replace_flask_bridge(
+        app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
+    )
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
     # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
     docs_only = SwaggerUIOptions(serve_spec=False)
@@ -145,7 +147,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),
     ]
-    internals.check_specs_with(partial(checked_specs.check_once, marks=SPEC_DIR / ".checked"))
+    connexion_internals.check_specs_with(
+        partial(checked_specs.check_once, marks=SPEC_DIR / ".checked")
+    )
     for served_spec, docs in served_specs:
         app.add_api(
             served_spec,

@@ -11,6 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shopapi.internals.connexion import router_of
+
 
 def _without_slash_redirects(router: Router) -> None:
     """`router`, every router mounted in it and every router it falls back to: no redirects."""
@@ -30,7 +32,7 @@ class ExactRoutingMiddleware(RoutingMiddleware):
 
     def add_api(self, *args, **kwargs) -> None:
         super().add_api(*args, **kwargs)
-        _without_slash_redirects(self.router)
+        _without_slash_redirects(router_of(self))
 
 
 class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
@@ -43,11 +45,12 @@ class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
 
     def add_api(self, *args, **kwargs) -> None:
         super().add_api(*args, **kwargs)
-        _without_slash_redirects(self.router)
+        router = router_of(self)
+        _without_slash_redirects(router)
         self.docs_paths = tuple(
             {
                 mount.path + route.path.rstrip("/")
-                for mount in self.router.routes
+                for mount in router.routes
                 if isinstance(mount, Mount)
                 for route in mount.app.routes
             }
