@@ -11,6 +11,8 @@ from connexion.datastructures import MediaTypeDict
 from connexion.decorators.parameter import sanitized as _sanitized
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator
 from connexion.middleware.exceptions import ExceptionMiddleware
+from connexion.middleware.routing import RoutingMiddleware
+from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
 from connexion.spec import Specification
 from connexion.uri_parsing import QUERY_STRING_DELIMITERS, OpenAPIURIParser
@@ -285,4 +287,6 @@ RELIED_UPON = [
     (ParameterValidator, "uri_parser", None),
     (ParameterValidator, "strict_validation", None),
     (ParameterValidator, "security_query_params", None),
+    (RoutingMiddleware, "router", None),
+    (SwaggerUIMiddleware, "router", None),
 ]

@@ -50,4 +50,5 @@ RELIED_UPON = [
     (PooledPostgresqlDatabase, "_is_closed", ["self", "conn"]),
     (PooledPostgresqlDatabase, "_close_raw", ["self", "conn"]),
     (PooledPostgresqlDatabase, "_adapter", None),
+    (PooledPostgresqlDatabase, "conn_key", None),  # undocumented, used by models/pool.py
 ]
