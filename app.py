@@ -36,7 +36,7 @@ from connexion.options import SwaggerUIOptions
 from models import User, demo, off_loop
 from models.db import close_connection, database, error_summary, open_database, use
 from models.start_up import StartUpWork
-from shopapi import docs_ui, internals
+from shopapi import docs_ui
 from shopapi.auth import security
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
@@ -56,6 +56,7 @@ from shopapi.events import stream
 from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.stream import EventStreams
+from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.draining import Drain
@@ -138,7 +139,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         uri_parser_class=ArrayFormsURIParser,
     )
     no_merge_slashes(app)
-    internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size))
+    connexion_internals.replace_flask_bridge(
+        app, WSGIBridge(app.app.wsgi_app, settings.database_pool_size)
+    )
     no_docs = SwaggerUIOptions(swagger_ui=False, serve_spec=False)
     # The docs UI reads the contract from ServedContractMiddleware, not from Connexion.
     docs_only = SwaggerUIOptions(serve_spec=False, swagger_ui_config=docs_ui.CONFIG)
@@ -146,7 +149,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         *((spec, docs_only) for spec in api_specs),
         *((root, no_docs) for root in root_specs),
     ]
-    internals.check_specs_with(partial(checked_specs.check_once, marks=SPEC_DIR / ".checked"))
+    connexion_internals.check_specs_with(
+        partial(checked_specs.check_once, marks=SPEC_DIR / ".checked")
+    )
     for served_spec, docs in served_specs:
         # The base path given to Connexion explicitly: left to read it from `servers`, Connexion
         # routes every request to an API served at the root ("/") and none to the others.

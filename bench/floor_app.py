@@ -12,7 +12,7 @@ import connexion
 
 from bench import baseline_app
 from models.db import close_connection, open_database, use
-from shopapi import internals
+from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import Settings
 
@@ -37,7 +37,7 @@ def create_app() -> connexion.FlaskApp:
     app = connexion.FlaskApp(__name__)
     # shopapi's bridge to Flask, cheaper than Connexion's own (docs/pipeline.md): the floor is
     # the stack as shopapi runs it.
-    internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, pool_size))
+    connexion_internals.replace_flask_bridge(app, WSGIBridge(app.app.wsgi_app, pool_size))
     app.add_api(CONTRACT)
     app.app.teardown_request(close_connection)
     return app

@@ -18,7 +18,7 @@ class BaseModel(peewee.Model):
         legacy_table_names = False
 
     def save(self, *args, **kwargs):
-        if self._pk is not None:
+        if self.get_id() is not None:
             self.updated_at = utc_now()
         return super().save(*args, **kwargs)
 

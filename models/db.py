@@ -9,8 +9,8 @@ from urllib.parse import unquote, urlsplit
 
 import peewee
 
+from models.pool import IdleCheckedPool
 from models.routing import RoutingDatabase, current_route, finish
-from shopapi.internals import IdleCheckedPool
 
 # The primary, or a replica for the reads of a request sent to one (models/routing.py).
 database = RoutingDatabase()

@@ -65,18 +65,18 @@ class Order(BaseModel):
                 currency=currencies.pop(),
                 note=note,
             )
-            lines = [
-                OrderItem(
-                    order=order.id,
-                    product=item["product_id"],
-                    quantity=item["quantity"],
-                    unit_price_cents=products[item["product_id"]].price_cents,
-                )
+            rows = [
+                {
+                    "order": order.id,
+                    "product": item["product_id"],
+                    "quantity": item["quantity"],
+                    "unit_price_cents": products[item["product_id"]].price_cents,
+                }
                 for item in items
             ]
-            OrderItem.insert_many([line.__data__ for line in lines]).execute()
+            OrderItem.insert_many(rows).execute()
         # The items as written, in their order: showing the new order needs no query for them.
-        order.items = lines
+        order.items = [OrderItem(**row) for row in rows]
         return order
 
     @staticmethod

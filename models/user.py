@@ -88,7 +88,7 @@ class User(BaseModel):
         the same transaction, whoever makes it (the API, a seed, an admin's command)."""
         # Emails are unique regardless of case, so they are kept in one case.
         self.email = normalised_email(self.email)
-        if self._pk is None:
+        if self.get_id() is None:
             return super().save(*args, **kwargs)
         with self._meta.database.atomic():
             stored = User.get_for_update(self.id)

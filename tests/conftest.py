@@ -14,7 +14,6 @@ import json
 import os
 
 import connexion
-import connexion.spec
 import peewee
 import pytest
 from hypothesis import settings
@@ -27,6 +26,7 @@ from models import MODELS
 from models.db import DatabaseSetupError, open_database, use
 from models.migrations import migrate
 from shopapi.auth import security
+from shopapi.internals import connexion as connexion_internals
 from shopapi.settings import Settings
 from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
 
@@ -58,12 +58,10 @@ def _validated_once(validate):
             validate(cls, spec)
             validated.add(digest)
 
-    return classmethod(once)
+    return once
 
 
-connexion.spec.Specification._validate_spec = _validated_once(
-    connexion.spec.Specification._validate_spec.__func__
-)
+connexion_internals.wrap_own_spec_check(_validated_once)
 
 
 class _OneSalt:

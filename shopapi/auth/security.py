@@ -3,20 +3,17 @@ keys, the metrics token), and the principal the handlers then see. Why scopes ar
 they are: docs/auth.md."""
 
 import dataclasses
-import functools
 import hmac
 import weakref
 from collections.abc import Iterable
 
 import connexion
 from connexion.exceptions import OAuthProblem, OAuthScopeProblem
-from connexion.security import SECURITY_HANDLERS
 
 from models import ApiKey, off_loop
 from models.db import database
 from models.user import ROLE_SCOPES
 from models.visibility import Viewer
-from shopapi import internals
 from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import (
     CREDENTIALS_VERSION,
@@ -25,6 +22,7 @@ from shopapi.auth.tokens import (
     InvalidToken,
     user_id_of,
 )
+from shopapi.internals import connexion as connexion_internals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,22 +37,8 @@ _keys_of: "weakref.WeakKeyDictionary[object, _Keys]" = weakref.WeakKeyDictionary
 REALM = "shopapi"
 
 
-class _SignatureReadOnce:
-    """Connexion's security handlers read the check function's signature (inspect.signature,
-    twice) on every request to learn which arguments it takes; it cannot change, so once is
-    enough."""
-
-    @staticmethod
-    @functools.cache  # bounded: one entry per check function and keyword, the app's few
-    def _accepts_kwarg(func, keyword: str) -> bool:
-        return internals.accepts_kwarg(func, keyword)
-
-
 # Connexion's handler for each scheme type, reading signatures once (FlaskApp(security_map=...)).
-SECURITY_MAP = {
-    kind: type(handler.__name__, (_SignatureReadOnce, handler), {})
-    for kind, handler in SECURITY_HANDLERS.items()
-}
+SECURITY_MAP = connexion_internals.security_handlers_reading_signatures_once()
 
 
 def with_api_key_scopes(requirement_lists: Iterable[list[dict]]) -> None:

@@ -6,17 +6,7 @@ import dataclasses
 import json
 from urllib.parse import parse_qsl
 
-from connexion.datastructures import MediaTypeDict
 from connexion.exceptions import BadRequestProblem
-from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator
-from connexion.utils import is_null, is_nullable
-from connexion.validators import (
-    VALIDATOR_MAP,
-    FormDataValidator,
-    JSONRequestBodyValidator,
-    JSONResponseBodyValidator,
-)
-from connexion.validators import ParameterValidator as ConnexionParameterValidator
 from jsonschema import Draft4Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
@@ -25,6 +15,19 @@ from shopapi.auth.oauth import OAuthError
 from shopapi.contract.formats import FORMAT_CHECKER
 from shopapi.contract.patterns import ecma_regex
 from shopapi.contract.per_definition import PerDefinition
+from shopapi.internals.connexion import (
+    VALIDATOR_MAP,
+    Draft4RequestValidator,
+    Draft4ResponseValidator,
+    HookedFormValidator,
+    HookedJSONBodyValidator,
+    HookedParameterValidator,
+    HookedResponseBodyValidator,
+    MediaTypeDict,
+    is_null,
+    is_nullable,
+)
+from shopapi.internals.connexion import ParameterValidator as ConnexionParameterValidator
 from shopapi.web.problems import ValidationProblem
 
 
@@ -187,13 +190,10 @@ def _refuse_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-class RequestBodyValidator(JSONRequestBodyValidator):
-    @property
-    def _validator(self):
-        return _body_validator(self._schema)
+class RequestBodyValidator(HookedJSONBodyValidator):
+    compiled = _body_validator
 
-    async def _parse(self, stream, scope):
-        raw = b"".join([message async for message in stream])
+    def parse(self, raw: bytes):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -209,10 +209,10 @@ class RequestBodyValidator(JSONRequestBodyValidator):
             # limit; RecursionError a pathologically deep nesting.
             raise BadRequestProblem(f"The request body is not valid JSON: {error}") from None
 
-    def _validate(self, body):
-        if body is None and not self._nullable:
+    def validate(self, body):
+        if body is None and not self.nullable:
             raise BadRequestProblem("The request body must not be empty.")
-        errors = body_errors(self._validator, body)
+        errors = body_errors(self.compiled(self.schema), body)
         if errors:
             raise ValidationProblem(errors)
         return body
@@ -266,14 +266,9 @@ _LOCATIONS = ("path", "query", "header", "cookie")
 _declared = PerDefinition(_declare)
 
 
-class ParameterValidator(ConnexionParameterValidator):
-    def __init__(self, parameters, uri_parser, strict_validation=False, security_query_params=None):
-        # Connexion's own __init__ groups the parameters again for every request.
-        self.declared = _declared(parameters)
-        self.parameters = self.declared.by_location
-        self.uri_parser = uri_parser
-        self.strict_validation = strict_validation
-        self.security_query_params = set(security_query_params or [])
+class ParameterValidator(HookedParameterValidator):
+    # Connexion's own __init__ groups the parameters again for every request.
+    declare = _declared
 
     @staticmethod
     def validate_parameter(parameter_type, value, param, param_name=None):
@@ -333,22 +328,20 @@ class ParameterValidator(ConnexionParameterValidator):
 _GIVEN = {"path": "path_params", "query": "query_params", "header": "headers", "cookie": "cookies"}
 
 
-class FormValidator(FormDataValidator):
+class FormValidator(HookedFormValidator):
     """Form bodies (the OAuth token request): every error listed, none logged — Connexion's
     form validator logs each failing value, passwords included. Undeclared fields are refused
     only where the schema says so: a token endpoint must ignore parameters it does not know
     (RFC 6749 3.2)."""
 
-    @property
-    def _validator(self):
-        return _form_validator(self._schema)
+    compiled = _form_validator
 
-    def _validate(self, body):
-        if self._strict_validation and self._schema.get("additionalProperties") is False:
-            self._validate_params_strictly(body)
+    def validate(self, body):
+        if self.strict_validation and self.schema.get("additionalProperties") is False:
+            self.refuse_unknown_fields(body)
         if next(_text_errors(body), None) is None:  # a NUL is named as everywhere else
-            _check_grant_type(self._schema, body)
-        errors = body_errors(self._validator, body)
+            _check_grant_type(self.schema, body)
+        errors = body_errors(self.compiled(self.schema), body)
         if errors:
             raise ValidationProblem(errors)
         return body
@@ -367,12 +360,10 @@ def _check_grant_type(schema: dict, body: dict) -> None:
         raise OAuthError("unsupported_grant_type", f"Grant types: {', '.join(grant_types)}.")
 
 
-class ResponseBodyValidator(JSONResponseBodyValidator):
+class ResponseBodyValidator(HookedResponseBodyValidator):
     """Responses (VALIDATE_RESPONSES) held to the contract's patterns as requests are."""
 
-    @property
-    def validator(self):
-        return _response_validator(self._schema)
+    compiled = _response_validator
 
 
 validator_map = {

@@ -7,6 +7,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from shopapi.internals.starlette import preflight_response
 from shopapi.web.problems import problem_body
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -66,7 +67,7 @@ class Cors(CORSMiddleware):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and is_preflight(scope):
-            response = self.preflight_response(request_headers=Headers(scope=scope))
+            response = preflight_response(self, Headers(scope=scope))
             if response.status_code == 400:
                 response = _refusal(scope, response)
             await response(scope, receive, send)

@@ -14,10 +14,10 @@ from connexion.exceptions import Forbidden, ProblemException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models import Event
-from shopapi import internals
 from shopapi.auth.security import Principal, revocable
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
+from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.telemetry import metrics
 from shopapi.web.jsonifier import OPTIONS
@@ -60,7 +60,7 @@ class EventStreamMiddleware:
             return
         # Its lifetime runs from here: catching up, and writes the client is slow to take, count.
         deadline = asyncio.get_running_loop().time() + self.max_seconds
-        info = internals.token_info(scope)
+        info = connexion_internals.token_info(scope)
         principal = Principal.of(info)
         resource_types = readable_resource_types(principal.scopes)
         if not resource_types:

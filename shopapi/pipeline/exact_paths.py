@@ -12,6 +12,7 @@ from starlette.routing import Mount, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopapi.docs_ui import DocsUIAPI
+from shopapi.internals.connexion import router_of
 
 
 def _without_slash_redirects(router: Router) -> None:
@@ -32,7 +33,7 @@ class ExactRoutingMiddleware(RoutingMiddleware):
 
     def add_api(self, *args, **kwargs) -> None:
         super().add_api(*args, **kwargs)
-        _without_slash_redirects(self.router)
+        _without_slash_redirects(router_of(self))
 
 
 class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
@@ -53,12 +54,13 @@ class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
             default=self.default_fn,
             **kwargs,
         )
-        self.router.mount(api.base_path, app=api.router)
-        _without_slash_redirects(self.router)
+        router = router_of(self)
+        router.mount(api.base_path, app=api.router)
+        _without_slash_redirects(router)
         self.docs_paths = tuple(
             {
                 mount.path + route.path.rstrip("/")
-                for mount in self.router.routes
+                for mount in router.routes
                 if isinstance(mount, Mount)
                 for route in mount.app.routes
             }

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import httptools
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
+from shopapi.internals import uvicorn as uvicorn_internals
+from shopapi.internals.uvicorn import FlowControl, HttpToolsProtocol
 from shopapi.settings import Settings
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
@@ -45,15 +45,15 @@ class BoundedWrites(FlowControl):
     async def drain(self) -> None:
         try:
             async with asyncio.timeout(self.timeout):
-                await self._is_writable_event.wait()
+                await self.writable.wait()
         except TimeoutError:
             # A reset, not a close: a close would wait, buffers and all, for the client to read.
-            sock = self._transport.get_extra_info("socket")
+            sock = self.transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self._transport.abort()
+            self.transport.abort()
             # connection_lost follows: it marks the client gone and lets writes go on, unsent.
-            await self._is_writable_event.wait()
+            await self.writable.wait()
 
 
 class _Refused(Exception):
@@ -186,7 +186,7 @@ class HttpProtocol(HttpToolsProtocol):
         if self._head_size > self.max_head_bytes:  # a whole head in one read, but too large
             self._refuse(431, "The request's header fields are too large.")
             raise _Refused
-        if self.parser.should_upgrade() and self._should_upgrade():
+        if self.parser.should_upgrade() and uvicorn_internals.should_upgrade(self):
             super().on_headers_complete()  # the connection is the WebSocket protocol's now
             return
         length, self._body_chunked = self._body_framing()
@@ -289,7 +289,7 @@ class HttpProtocol(HttpToolsProtocol):
         self.transport.write(
             b"".join(
                 [
-                    STATUS_LINE[status],
+                    uvicorn_internals.status_line(status),
                     *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
                     b"content-type: application/problem+json\r\n",
                     b"content-length: %d\r\n" % len(body),
@@ -302,18 +302,15 @@ class HttpProtocol(HttpToolsProtocol):
         self._close()
 
     def _close(self) -> None:
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            # At once, not when the transport reports it lost: the app's own answer must not be
-            # written after ours, and its wait for the body ends with a disconnect.
-            cycle.disconnected = True
-            cycle.message_event.set()
+        # At once, not when the transport reports it lost: the app's own answer must not be
+        # written after ours, and its wait for the body ends with a disconnect.
+        uvicorn_internals.end_cycle(self)
         self.transport.close()
         self._stop_head_timer()
         self._end_body()
 
     def _default_headers(self) -> list[tuple[bytes, bytes]]:
-        return list(getattr(self.server_state, "default_headers", []))
+        return uvicorn_internals.default_headers(self)
 
 
 class UvicornWorker(_UvicornWorker):

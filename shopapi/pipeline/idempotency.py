@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 import flask
 import peewee
 from connexion.exceptions import ProblemException
-from connexion.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from models import IdempotencyKey, off_loop
 from models.db import database
 from models.routing import note_committed_write
+from shopapi.internals.connexion import error_answering
 from shopapi.pipeline.buffered_body import read_body, replay_body
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.web.problems import ValidationProblem
@@ -125,9 +125,7 @@ class IdempotencyMiddleware:
         self.app = app
         self.lease = lease
         self.fingerprint_key = fingerprint_key(secret)
-        self.answering = ExceptionMiddleware(app)
-        for exception, handler in error_handlers.items():
-            self.answering.add_exception_handler(exception, handler)
+        self.answering = error_answering(app, error_handlers)
         self._claims = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

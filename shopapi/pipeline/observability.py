@@ -8,7 +8,7 @@ import time
 from asgi_correlation_id import correlation_id
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shopapi import internals
+from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.cors import is_preflight
 from shopapi.pipeline.request_facts import client_address, operation_of
 from shopapi.telemetry import metrics
@@ -42,7 +42,7 @@ class ObservabilityMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        internals.share_request_notes(scope)
+        connexion_internals.share_request_notes(scope)
         # As the client sent it: an unversioned path gets its version further in.
         path = scope["path"]
         status = 500  # what the client gets if the app fails before answering
@@ -96,7 +96,7 @@ def _unrouted(scope: Scope) -> str:
 def _log_fields(
     scope: Scope, path: str, operation: str, route: str | None, status: int, seconds: float
 ):
-    token_info = internals.token_info(scope) or {}
+    token_info = connexion_internals.token_info(scope) or {}
     user_agent = dict(scope["headers"]).get(b"user-agent", b"")[:MAX_USER_AGENT]
     return {
         "request_id": correlation_id.get(),

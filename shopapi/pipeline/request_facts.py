@@ -4,8 +4,8 @@ routed to, and the caller that the limits and Idempotency-Key count it against."
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shopapi import internals
 from shopapi.contract.operations import Operation, Operations
+from shopapi.internals import connexion as connexion_internals
 
 
 class RoutedOperationMiddleware:
@@ -17,7 +17,7 @@ class RoutedOperationMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope["state"]["operation"] = self.operations.get(*internals.routed_to(scope))
+            scope["state"]["operation"] = self.operations.get(*connexion_internals.routed_to(scope))
         await self.app(scope, receive, send)
 
 
@@ -33,7 +33,7 @@ def caller_of(scope: Scope) -> str:
     state = scope["state"]
     caller = state.get("caller")
     if caller is None:
-        token_info = internals.token_info(scope)
+        token_info = connexion_internals.token_info(scope)
         caller = state["caller"] = (
             f"sub:{token_info['sub']}" if token_info else f"address:{client_address(scope)}"
         )

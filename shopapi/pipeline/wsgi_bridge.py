@@ -4,12 +4,11 @@ one hand-off. Design: docs/pipeline.md."""
 
 import asyncio
 import contextvars
-import io
 from concurrent.futures import ThreadPoolExecutor
 
-from a2wsgi.wsgi import build_environ
 from starlette.types import Receive, Scope, Send
 
+from shopapi.internals.a2wsgi import wsgi_environ
 from shopapi.pipeline.buffered_body import read_body
 
 
@@ -24,7 +23,7 @@ class WSGIBridge:
         if scope["type"] != "http":  # Connexion answers lifespan and websockets before this
             return
         body = await read_body(receive)
-        environ = build_environ(scope, io.BytesIO(body))
+        environ = wsgi_environ(scope, body)
         # Connexion's request context (the operation, the token's claims) lives in context
         # variables, which the thread must see.
         run = contextvars.copy_context().run

@@ -13,8 +13,8 @@ import flask
 import peewee
 
 from models import table_versions
-from shopapi import internals
 from shopapi.auth.security import current_principal
+from shopapi.internals import connexion as connexion_internals
 from shopapi.web import counts, cursors, etags, money, representations
 from shopapi.web.problems import ValidationProblem
 
@@ -80,7 +80,7 @@ def _typed(parameter: str, field, value):
 @functools.cache  # bounded: one entry per model
 def _argument_names(model: type[peewee.Model]) -> dict[str, str]:
     """Each column's name as Connexion hands it to a handler, and the name itself."""
-    return {internals.sanitized(name): name for name in columns_of(model)}
+    return {connexion_internals.sanitized(name): name for name in columns_of(model)}
 
 
 def _filter_of(model: type[peewee.Model], argument: str) -> tuple[str, str, str]:

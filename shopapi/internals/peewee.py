@@ -1,0 +1,54 @@
+"""Peewee's private API, each use held by tests/test_internals.py (TestPeewee).
+
+Peewee's pool documents its options (max_connections, stale_timeout, timeout), not the steps
+by which it checks and reuses a connection: models/pool.py changes when a connection is
+checked with a round trip, through the hooks below."""
+
+from playhouse.pool import PooledPostgresqlDatabase
+
+
+class HookedPostgresqlPool(PooledPostgresqlDatabase):
+    """Peewee's PostgreSQL pool, its private steps given public names: `returned(conn)` after a
+    connection went back to the pool reusable (its `_can_reuse`), `closing(conn)` as Peewee
+    closes one (`_close_raw`, every way it closes one), `known_open(conn)` before Peewee checks
+    one it is about to reuse (`_is_closed`): True skips its check."""
+
+    def returned(self, conn) -> None:
+        pass
+
+    def closing(self, conn) -> None:
+        pass
+
+    def known_open(self, conn) -> bool:
+        return False
+
+    def idle_outside_transactions(self, conn) -> bool:
+        """Whether the driver says `conn` is in no transaction and not in error (through the
+        pool's private `_adapter`)."""
+        return self._adapter.txn_status(conn) == self._adapter.txn_idle
+
+    def _can_reuse(self, conn):
+        reusable = super()._can_reuse(conn)
+        if reusable:
+            self.returned(conn)
+        return reusable
+
+    def _close_raw(self, conn):
+        self.closing(conn)
+        super()._close_raw(conn)
+
+    def _is_closed(self, conn):
+        if self.known_open(conn):
+            return False
+        return super()._is_closed(conn)
+
+
+# What the above relies on of Peewee's insides, checked against the installed release by
+# tests/test_internals.py: (owner, name, the parameters it takes, or None for an attribute).
+RELIED_UPON = [
+    (PooledPostgresqlDatabase, "_can_reuse", ["self", "conn"]),
+    (PooledPostgresqlDatabase, "_is_closed", ["self", "conn"]),
+    (PooledPostgresqlDatabase, "_close_raw", ["self", "conn"]),
+    (PooledPostgresqlDatabase, "_adapter", None),
+    (PooledPostgresqlDatabase, "conn_key", None),  # undocumented, used by models/pool.py
+]
