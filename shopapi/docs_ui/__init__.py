@@ -4,8 +4,7 @@ filters away. Design: docs/contract.md (The docs UI)."""
 
 import pathlib
 
-from connexion.middleware.swagger_ui import SwaggerUIAPI
-from starlette.templating import Jinja2Templates
+from shopapi.internals.connexion import TemplatedSwaggerUIAPI
 
 # Swagger UI's own options ("Configuration" in its docs), served as /vN/ui/swagger-ui-config.json.
 CONFIG = {
@@ -23,9 +22,7 @@ CONFIG = {
 }
 
 
-class DocsUIAPI(SwaggerUIAPI):
+class DocsUIAPI(TemplatedSwaggerUIAPI):
     """Connexion's docs UI with our page: Swagger UI's assets are still the bundle's."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._templates = Jinja2Templates(directory=pathlib.Path(__file__).parent)
+    directory = str(pathlib.Path(__file__).parent)

@@ -12,7 +12,7 @@ from connexion.decorators.parameter import sanitized as _sanitized
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator
 from connexion.middleware.exceptions import ExceptionMiddleware
 from connexion.middleware.routing import RoutingMiddleware
-from connexion.middleware.swagger_ui import SwaggerUIMiddleware
+from connexion.middleware.swagger_ui import SwaggerUIAPI, SwaggerUIMiddleware
 from connexion.security import SECURITY_HANDLERS, AbstractSecurityHandler
 from connexion.spec import Specification
 from connexion.uri_parsing import QUERY_STRING_DELIMITERS, OpenAPIURIParser
@@ -24,6 +24,7 @@ from connexion.validators import (
     JSONResponseBodyValidator,
     ParameterValidator,
 )
+from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Scope
 
 __all__ = [  # undocumented names of Connexion's, used as they are
@@ -251,6 +252,18 @@ class HookedParameterValidator(ParameterValidator):
         raise NotImplementedError
 
 
+class TemplatedSwaggerUIAPI(SwaggerUIAPI):
+    """Connexion's docs UI (the undocumented SwaggerUIAPI) rendering its page from the templates
+    in `directory` (its private `_templates`), Swagger UI's assets still the bundle's: Connexion
+    has no option for a page of one's own."""
+
+    directory: str = ""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._templates = Jinja2Templates(directory=self.directory)
+
+
 def load_spec(spec: dict) -> Specification:
     """Connexion's loading of a spec (its undocumented Specification.load), which runs its
     check of the spec: for the test of check_specs_with."""
@@ -289,4 +302,6 @@ RELIED_UPON = [
     (ParameterValidator, "security_query_params", None),
     (RoutingMiddleware, "router", None),
     (SwaggerUIMiddleware, "router", None),
+    (SwaggerUIMiddleware, "default_fn", None),
+    (SwaggerUIAPI, "_templates", None),
 ]
