@@ -168,7 +168,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.teardown_request(close_connection)
     # After close_connection: a request's transaction ends before its connection goes back.
     commit_answers_with_changes(app.app)
-    app.app.config["CURSOR_SECRET"] = settings.cursor_secret
+    app.app.config["HMAC_SECRET"] = settings.hmac_secret
     app.app.extensions["shopapi.drain"] = drain
     app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
     app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
@@ -218,7 +218,7 @@ def pipeline(
     call the handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
     root_operations = Operations(root_specs)
-    counter = LimitCounter(settings.rate_limit_storage_uri)
+    counter = LimitCounter(settings.shared_store_url)
     scale = settings.rate_limit_scale
     failed_auth_limit = failed_auth_limit_of(api_specs[0])
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
@@ -310,7 +310,7 @@ def pipeline(
         # the handler's errors itself, with the same handlers, so that they are replayed too.
         partial(
             IdempotencyMiddleware,
-            secret=settings.cursor_secret,
+            secret=settings.hmac_secret,
             error_handlers=problems.handlers(AllowedMethods(Operations(api_specs))),
             lease=datetime.timedelta(seconds=settings.idempotency_lease_seconds),
         ),

@@ -27,7 +27,7 @@ from models.migrations import migrate
 
 pytestmark = pytest.mark.slow
 
-GENERATED = ("JWT_SECRET", "CURSOR_SECRET")
+GENERATED = ("JWT_SECRET", "HMAC_SECRET")
 FIELDS = {"time", "level", "logger", "message"}
 
 

@@ -17,9 +17,12 @@ log = logging.getLogger("shopapi.settings")
 __all__ = ["ConfigurationError", "Settings", "generated_secrets"]
 
 
-def _setting(variable: str, parse: Parser, default=None, *, factory=None) -> Any:
-    """A field of `Settings`, read from `variable` by `parse` when the environment sets it."""
-    metadata = {"variable": variable, "parse": parse}
+def _setting(
+    variable: str, parse: Parser, default=None, *, factory=None, formerly: tuple[str, ...] = ()
+) -> Any:
+    """A field of `Settings`, read from `variable` by `parse` when the environment sets it, or
+    from a name it had before (`formerly`: still read, with a warning naming `variable`)."""
+    metadata = {"variable": variable, "parse": parse, "formerly": formerly}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -64,8 +67,12 @@ class Settings:
     request_bodies_in_flight_max_bytes: int = _setting(
         "REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", parse.integer(1024 * 1024, 2**40), 64 * 1024 * 1024
     )
-    # Signs list cursors and keys idempotency fingerprints; a generated one suits one process.
-    cursor_secret: bytes = _setting("CURSOR_SECRET", parse.secret(16), factory=_random_secret)
+    # Keys the HMACs of what the server checks when it comes back: it signs list cursors, and
+    # keys (derived) Idempotency-Key fingerprints. One secret to distribute: docs/decisions.md.
+    # A generated one suits one process.
+    hmac_secret: bytes = _setting(
+        "HMAC_SECRET", parse.secret(16), factory=_random_secret, formerly=("CURSOR_SECRET",)
+    )
     # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
     jwt_secret: bytes = _setting("JWT_SECRET", parse.secret(32), factory=_random_secret)
     # An RS256 key pair (PEM files, read as text) to sign with instead: both or neither.
@@ -86,9 +93,13 @@ class Settings:
     # The first admin, created at start-up when no user has this email; both or neither.
     admin_email: str | None = _setting("ADMIN_EMAIL", parse.text_or_none)
     admin_password: str | None = _setting("ADMIN_PASSWORD", parse.text_or_none)
-    # Where the spec's rate limits are counted: in this process (memory://) or in a shared Redis.
-    rate_limit_storage_uri: str = _setting(
-        "RATELIMIT_STORAGE_URI", parse.url("memory", "redis", "rediss", "redis+unix"), "memory://"
+    # What the server processes share: the rate limits' counts and the read-your-writes marks
+    # (pipeline/write_marks.py), in this process (memory://) or in a Redis every process uses.
+    shared_store_url: str = _setting(
+        "SHARED_STORE_URL",
+        parse.url("memory", "redis", "rediss", "redis+unix"),
+        "memory://",
+        formerly=("RATELIMIT_STORAGE_URI",),
     )
     # Multiplies every limit of the spec: load tests raise them, tests of the limits lower them.
     rate_limit_scale: float = _setting("RATE_LIMIT_SCALE", parse.positive_number, 1.0)
@@ -110,20 +121,33 @@ class Settings:
     low_stock_threshold: int = _setting("LOW_STOCK_THRESHOLD", parse.integer(0, 2**31 - 1), 5)
     # Accept webhook targets on private, loopback or link-local addresses (tests, development).
     webhook_allow_private: bool = _setting("WEBHOOK_ALLOW_PRIVATE", parse.boolean, False)
-    # How long each delivery attempt waits for an answer.
-    webhook_timeout_seconds: float = _setting(
-        "WEBHOOK_TIMEOUT_SECONDS", parse.positive_number, 10.0
+    # The worker's deliveries (events/worker.py), webhook and push alike: how long each attempt
+    # waits for an answer;
+    delivery_timeout_seconds: float = _setting(
+        "DELIVERY_TIMEOUT_SECONDS",
+        parse.positive_number,
+        10.0,
+        formerly=("WEBHOOK_TIMEOUT_SECONDS",),
     )
-    # A failed attempt is retried after about base x 2^(attempt - 1) s (jittered, at most 1 h).
-    webhook_retry_base_seconds: float = _setting(
-        "WEBHOOK_RETRY_BASE_SECONDS", parse.positive_number, 30.0
+    # a failed attempt retried after about base x 2^(attempt - 1) s (jittered, at most 1 h);
+    delivery_retry_base_seconds: float = _setting(
+        "DELIVERY_RETRY_BASE_SECONDS",
+        parse.positive_number,
+        30.0,
+        formerly=("WEBHOOK_RETRY_BASE_SECONDS",),
     )
-    # Attempts before a delivery is failed.
-    webhook_max_attempts: int = _setting("WEBHOOK_MAX_ATTEMPTS", parse.integer(1, 100), 8)
-    # How often the worker (events/worker.py) looks for new events and due deliveries.
-    webhook_poll_seconds: float = _setting("WEBHOOK_POLL_SECONDS", parse.positive_number, 1.0)
-    # Deliveries a worker process makes at once (one such process on SQLite: one writer).
-    webhook_worker_threads: int = _setting("WEBHOOK_WORKER_THREADS", parse.integer(1, 64), 4)
+    # the attempts before a delivery is failed;
+    delivery_max_attempts: int = _setting(
+        "DELIVERY_MAX_ATTEMPTS", parse.integer(1, 100), 8, formerly=("WEBHOOK_MAX_ATTEMPTS",)
+    )
+    # how often the worker looks for new events and due deliveries;
+    delivery_poll_seconds: float = _setting(
+        "DELIVERY_POLL_SECONDS", parse.positive_number, 1.0, formerly=("WEBHOOK_POLL_SECONDS",)
+    )
+    # the deliveries a worker process makes at once (one such process on SQLite: one writer).
+    delivery_threads: int = _setting(
+        "DELIVERY_THREADS", parse.integer(1, 64), 4, formerly=("WEBHOOK_WORKER_THREADS",)
+    )
     # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
     # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
     drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
@@ -205,15 +229,40 @@ class Settings:
         values = {}
         for field in dataclasses.fields(cls):
             variable = field.metadata.get("variable")
-            if variable is not None and variable in environ:
-                values[field.name] = field.metadata["parse"](variable, environ[variable])
+            if variable is None:
+                continue
+            read_from = _name_set(environ, variable, field.metadata["formerly"])
+            if read_from is not None:
+                values[field.name] = field.metadata["parse"](read_from, environ[read_from])
         _check_together(values)
         return cls(**values)
 
 
+# The former names warned of in this process: a server reads its settings more than once (its
+# HTTP server, the app, gunicorn's master before its workers fork), its operator needs one line.
+_deprecated_names_warned: set[str] = set()
+
+
+def _name_set(environ: Mapping[str, str], variable: str, formerly: tuple[str, ...]) -> str | None:
+    """The name `environ` sets the setting `variable` by, if any: its own, or a former one
+    (warned of). Both, set differently, are refused: which one the operator meant is unknown."""
+    for old in (name for name in formerly if name in environ):
+        if variable in environ and environ[variable] != environ[old]:
+            raise ConfigurationError(
+                f"{old} and {variable} are both set, differently: {old} is deprecated, "
+                f"set {variable} only"
+            )
+        if old not in _deprecated_names_warned:
+            _deprecated_names_warned.add(old)
+            log.warning("%s is deprecated: set %s instead", old, variable)
+        if variable not in environ:
+            return old
+    return variable if variable in environ else None
+
+
 def generated_secrets(environ: Mapping[str, str]) -> list[str]:
     """The secrets `environ` leaves to be generated (each good for one process only)."""
-    generated = [] if "CURSOR_SECRET" in environ else ["CURSOR_SECRET"]
+    generated = [] if {"HMAC_SECRET", "CURSOR_SECRET"} & environ.keys() else ["HMAC_SECRET"]
     if not {"JWT_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
         generated.append("JWT_SECRET")
     return generated

@@ -249,7 +249,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
     rows along with it), and `reads` names the other models it and `represent` read. `kept`:
     top-level fields that `fields` does not select away (what the request expanded)."""
     request = ListRequest(model, params)
-    secret = flask.current_app.config["CURSOR_SECRET"]
+    secret = flask.current_app.config["HMAC_SECRET"]
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
     if request.conditions:
         query = query.where(*request.conditions)
