@@ -1,11 +1,13 @@
 import os
 
+import flask
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from support.live import run_module
 
 from shopapi.settings import ConfigurationError, Settings
+from shopapi.web.configured import configured
 
 
 def test_defaults_need_nothing_set():
@@ -293,3 +295,12 @@ def test_an_es256_signing_key_that_is_not_p256_stops_the_start_naming_its_variab
     p256 = _private_key_file(tmp_path / "p256.pem", ec.SECP256R1())
     settings = Settings.from_env({variable: str(p256), **companions})
     assert p256.read_text() in (settings.vapid_private_key, settings.apns_key)
+
+
+def test_the_app_hands_its_settings_on_typed_not_as_flask_config_keys(app_with):
+    # The handlers read `configured().settings` (shopapi/web/configured.py): one typed object,
+    # not string keys copied into Flask's config, which no extension of ours reads.
+    app = app_with(low_stock_threshold=7, push_devices_per_user=3)
+    assert set(app.app.config) - set(flask.Flask("bare").config) == set()
+    with app.app.app_context():
+        assert configured().settings.low_stock_threshold == 7
