@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from support.live import ROOT
 
 from shopapi.settings import ConfigurationError, Settings, generated_secrets
@@ -38,6 +40,12 @@ RENAMED = {
     "WEBHOOK_POLL_SECONDS": ("DELIVERY_POLL_SECONDS", "0.5", "delivery_poll_seconds", 0.5),
     "WEBHOOK_WORKER_THREADS": ("DELIVERY_THREADS", "6", "delivery_threads", 6),
 }
+# Paths of key files, named as APNS_KEY_FILE and FCM_SERVICE_ACCOUNT_FILE are.
+RENAMED_FILES = {
+    "JWT_PRIVATE_KEY": "JWT_PRIVATE_KEY_FILE",
+    "JWT_PUBLIC_KEY": "JWT_PUBLIC_KEY_FILE",
+    "VAPID_PRIVATE_KEY": "VAPID_PRIVATE_KEY_FILE",
+}
 
 
 def _formerly() -> dict[str, str]:
@@ -49,7 +57,45 @@ def _formerly() -> dict[str, str]:
 
 
 def test_the_settings_table_names_each_renamed_setting_old_and_new():
-    assert _formerly() == {old: new for old, (new, *_) in RENAMED.items()}
+    assert _formerly() == {old: new for old, (new, *_) in RENAMED.items()} | RENAMED_FILES
+
+
+def _pem(path, key) -> str:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(path)
+
+
+def test_the_key_files_are_read_from_their_old_names_too(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr("shopapi.settings._deprecated_names_warned", set())
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = tmp_path / "public.pem"
+    public.write_bytes(
+        rsa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    environ = {
+        "JWT_PRIVATE_KEY": _pem(tmp_path / "private.pem", rsa_key),
+        "JWT_PUBLIC_KEY": str(public),
+        "VAPID_PRIVATE_KEY": _pem(tmp_path / "vapid.pem", ec.generate_private_key(ec.SECP256R1())),
+        "VAPID_SUBJECT": "mailto:push@example.com",
+    }
+    with caplog.at_level(logging.WARNING, logger="shopapi.settings"):
+        settings = Settings.from_env(environ, warn_of_generated_secrets=False)
+    assert "BEGIN PRIVATE KEY" in settings.jwt_private_key
+    assert "BEGIN PUBLIC KEY" in settings.jwt_public_key
+    assert "BEGIN PRIVATE KEY" in settings.vapid_private_key
+    assert sorted(caplog.messages) == sorted(
+        f"{old} is deprecated: set {new} instead" for old, new in RENAMED_FILES.items()
+    )
+    # An RS256 pair under its old names replaces JWT_SECRET: none is generated.
+    assert generated_secrets(environ | {"HMAC_SECRET": SECRET}) == []
 
 
 @pytest.mark.parametrize("old", RENAMED)

@@ -37,7 +37,7 @@ def test_values_come_from_the_environment():
         ("DATABASE_POOL_SIZE", "lots"),
         ("DATABASE_POOL_SIZE", "0"),
         ("JWT_SECRET", "too-short"),
-        ("JWT_PRIVATE_KEY", "/nonexistent/private.pem"),
+        ("JWT_PRIVATE_KEY_FILE", "/nonexistent/private.pem"),
         ("JWT_ISSUER", " "),
         ("ACCESS_TOKEN_TTL", "5"),
         ("REFRESH_TOKEN_TTL", "forever"),
@@ -87,12 +87,12 @@ def test_security_settings_come_from_the_environment(tmp_path):
 def test_rs256_needs_both_keys_as_pem_files(tmp_path):
     pem = tmp_path / "key.pem"
     pem.write_text("-----BEGIN PUBLIC KEY-----\n...\n-----END PUBLIC KEY-----\n")
-    with pytest.raises(ConfigurationError, match="JWT_PRIVATE_KEY"):
-        Settings.from_env({"JWT_PUBLIC_KEY": str(pem)})
+    with pytest.raises(ConfigurationError, match="JWT_PRIVATE_KEY_FILE"):
+        Settings.from_env({"JWT_PUBLIC_KEY_FILE": str(pem)})
     not_pem = tmp_path / "key.txt"
     not_pem.write_text("hello")
-    with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY must name a PEM file"):
-        Settings.from_env({"JWT_PRIVATE_KEY": str(pem), "JWT_PUBLIC_KEY": str(not_pem)})
+    with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY_FILE must name a PEM file"):
+        Settings.from_env({"JWT_PRIVATE_KEY_FILE": str(pem), "JWT_PUBLIC_KEY_FILE": str(not_pem)})
 
 
 def test_traffic_settings_come_from_the_environment():
@@ -207,7 +207,7 @@ def test_trusted_proxies_are_addresses_or_networks(value):
 def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_path):
     # `make run` migrates and seeds before it serves: only the server, which signs tokens and
     # cursors, warns that their secrets are generated.
-    unset = ("JWT_SECRET", "HMAC_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY")
+    unset = ("JWT_SECRET", "HMAC_SECRET", "JWT_PRIVATE_KEY_FILE", "JWT_PUBLIC_KEY_FILE")
     env = {name: value for name, value in os.environ.items() if name not in unset}
     env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/shopapi.db", "SEED_DEMO": "1"}
     for command in ("models.migrations", "models.seed"):
@@ -272,7 +272,7 @@ def _private_key_file(path, curve):
 @pytest.mark.parametrize(
     ("variable", "companions"),
     [
-        ("VAPID_PRIVATE_KEY", {"VAPID_SUBJECT": "mailto:push@example.com"}),
+        ("VAPID_PRIVATE_KEY_FILE", {"VAPID_SUBJECT": "mailto:push@example.com"}),
         (
             "APNS_KEY_FILE",
             {"APNS_KEY_ID": "ABC123DEFG", "APNS_TEAM_ID": "DEF123GHIJ", "APNS_TOPIC": "com.ex.app"},

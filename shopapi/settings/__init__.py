@@ -76,8 +76,12 @@ class Settings:
     # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
     jwt_secret: bytes = _setting("JWT_SECRET", parse.secret(32), factory=_random_secret)
     # An RS256 key pair (PEM files, read as text) to sign with instead: both or neither.
-    jwt_private_key: str | None = _setting("JWT_PRIVATE_KEY", parse.pem_file)
-    jwt_public_key: str | None = _setting("JWT_PUBLIC_KEY", parse.pem_file)
+    jwt_private_key: str | None = _setting(
+        "JWT_PRIVATE_KEY_FILE", parse.pem_file, formerly=("JWT_PRIVATE_KEY",)
+    )
+    jwt_public_key: str | None = _setting(
+        "JWT_PUBLIC_KEY_FILE", parse.pem_file, formerly=("JWT_PUBLIC_KEY",)
+    )
     # The `iss` of our tokens, and the `aud` every accepted token carries.
     jwt_issuer: str = _setting("JWT_ISSUER", parse.non_empty, "shopapi")
     jwt_audience: str = _setting("JWT_AUDIENCE", parse.non_empty, "shopapi")
@@ -165,7 +169,9 @@ class Settings:
     push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("send", "log", "none"), "log")
     # Web Push: the VAPID key (a PEM file of a P-256 private key; clients subscribe with its
     # public half, GET /v1/push/vapid-public-key), and the contact the push services see.
-    vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.p256_private_key_file)
+    vapid_private_key: str | None = _setting(
+        "VAPID_PRIVATE_KEY_FILE", parse.p256_private_key_file, formerly=("VAPID_PRIVATE_KEY",)
+    )
     vapid_subject: str | None = _setting("VAPID_SUBJECT", parse.vapid_subject)
     # Accept Web Push endpoints on private addresses, over plain http and on any port too
     # (tests, development).
@@ -263,14 +269,18 @@ def _name_set(environ: Mapping[str, str], variable: str, formerly: tuple[str, ..
 def generated_secrets(environ: Mapping[str, str]) -> list[str]:
     """The secrets `environ` leaves to be generated (each good for one process only)."""
     generated = [] if {"HMAC_SECRET", "CURSOR_SECRET"} & environ.keys() else ["HMAC_SECRET"]
-    if not {"JWT_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+    if not {"JWT_SECRET", *_RS256_KEYS} & environ.keys():
         generated.append("JWT_SECRET")
     return generated
 
 
+# The RS256 key pair's variables, former names included.
+_RS256_KEYS = {"JWT_PRIVATE_KEY_FILE", "JWT_PUBLIC_KEY_FILE", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"}
+
+
 def _variables_read(environ: Mapping[str, str]) -> Mapping[str, str]:
     """`environ` without what it does not use: an RS256 key, when given, replaces JWT_SECRET."""
-    if {"JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+    if _RS256_KEYS & environ.keys():
         return {name: value for name, value in environ.items() if name != "JWT_SECRET"}
     return environ
 
@@ -280,7 +290,9 @@ def _check_together(values: dict) -> None:
     if "jwt_private_key" in values or "jwt_public_key" in values:
         for name in ("jwt_private_key", "jwt_public_key"):
             if name not in values:
-                raise ConfigurationError(f"{name.upper()} must be set too: RS256 needs both keys")
+                raise ConfigurationError(
+                    f"{_variable(name)} must be set too: RS256 needs both keys"
+                )
     if values.get("database_replica_urls") and not values.get("database_url", "").startswith(
         ("postgresql://", "postgres://")
     ):
@@ -295,9 +307,14 @@ def _check_together(values: dict) -> None:
         ("apns_key", "apns_key_id", "apns_team_id", "apns_topic"),
     ):
         if any(values.get(name) for name in group) and not all(values.get(n) for n in group):
-            names = ", ".join(name.upper() for name in group).replace("APNS_KEY,", "APNS_KEY_FILE,")
+            names = ", ".join(_variable(name) for name in group)
             raise ConfigurationError(f"{names} go together")
     if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
         raise ConfigurationError(
             "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"
         )
+
+
+def _variable(field_name: str) -> str:
+    """The variable the setting `field_name` of Settings is read from."""
+    return Settings.__dataclass_fields__[field_name].metadata["variable"]
