@@ -174,7 +174,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     Configured(
         settings,
         tokens,
-        webpush_endpoints=EndpointRule.of(settings),
+        webpush_endpoint_refusal=EndpointRule.of(settings).refusal,
         vapid_public_key=(
             webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
         ),

@@ -51,7 +51,7 @@ def _token_of(body: dict) -> tuple[str, str, dict]:
 
 def _subscription(subscription: dict) -> tuple[str, str, dict]:
     endpoint, keys = subscription["endpoint"], subscription["keys"]
-    refusal = configured().webpush_endpoints.refusal(endpoint)
+    refusal = configured().webpush_endpoint_refusal(endpoint)
     if refusal:
         raise InvalidReference("/subscription/endpoint", f"The endpoint {refusal}.")
     try:

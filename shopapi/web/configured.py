@@ -3,11 +3,11 @@ built from them, kept on the Flask app as one typed entry (Connexion calls a han
 spec's parameters only)."""
 
 import dataclasses
+from collections.abc import Callable
 
 import flask
 
 from shopapi.auth.tokens import AccessTokens
-from shopapi.events.push.endpoints import EndpointRule
 from shopapi.settings import Settings
 
 _EXTENSION = "shopapi.configured"
@@ -18,8 +18,8 @@ class Configured:
     settings: Settings
     # Signs and checks our tokens (the token endpoint, the JWKS document).
     tokens: AccessTokens
-    # The Web Push endpoints a device may register (from the WEBPUSH_* settings).
-    webpush_endpoints: EndpointRule
+    # Why a Web Push endpoint may not be registered (the WEBPUSH_* settings), or None.
+    webpush_endpoint_refusal: Callable[[str], str | None]
     # The VAPID key's public half that browsers subscribe with; None: no Web Push.
     vapid_public_key: str | None
 
