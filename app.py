@@ -83,6 +83,7 @@ from shopapi.telemetry import logs
 from shopapi.telemetry.alerts import AlertWebhook
 from shopapi.telemetry.request_id import is_sane_request_id, new_request_id
 from shopapi.web import problems
+from shopapi.web.configured import Configured
 from shopapi.web.jsonifier import CompactJsonifier
 
 SPEC_DIR = pathlib.Path(__file__).parent / "spec"
@@ -168,17 +169,17 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     app.app.teardown_request(close_connection)
     # After close_connection: a request's transaction ends before its connection goes back.
     commit_answers_with_changes(app.app)
-    app.app.config["CURSOR_SECRET"] = settings.cursor_secret
     app.app.extensions["shopapi.drain"] = drain
-    app.app.config["REFRESH_TOKEN_TTL"] = settings.refresh_token_ttl
-    app.app.config["LOW_STOCK_THRESHOLD"] = settings.low_stock_threshold
-    app.app.config["WEBHOOK_ALLOW_PRIVATE"] = settings.webhook_allow_private
-    app.app.config["WEBPUSH_ENDPOINTS"] = EndpointRule.of(settings)
-    app.app.config["PUSH_DEVICES_PER_USER"] = settings.push_devices_per_user
-    app.app.config["VAPID_PUBLIC_KEY"] = (
-        webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
-    )
-    security.install(app, AccessTokens(settings), settings.metrics_token, revocations)
+    tokens = AccessTokens(settings)
+    Configured(
+        settings,
+        tokens,
+        webpush_endpoint_refusal=EndpointRule.of(settings).refusal,
+        vapid_public_key=(
+            webpush.public_key(settings.vapid_private_key) if settings.vapid_private_key else None
+        ),
+    ).install(app.app)
+    security.install(app, tokens, settings.metrics_token, revocations)
     start_up = StartUpWork(
         settings.admin_email
         and partial(User.ensure_admin, settings.admin_email, settings.admin_password)
@@ -218,7 +219,7 @@ def pipeline(
     call the handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
     root_operations = Operations(root_specs)
-    counter = LimitCounter(settings.rate_limit_storage_uri)
+    counter = LimitCounter(settings.shared_store_url)
     scale = settings.rate_limit_scale
     failed_auth_limit = failed_auth_limit_of(api_specs[0])
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
@@ -310,7 +311,7 @@ def pipeline(
         # the handler's errors itself, with the same handlers, so that they are replayed too.
         partial(
             IdempotencyMiddleware,
-            secret=settings.cursor_secret,
+            secret=settings.hmac_secret,
             error_handlers=problems.handlers(AllowedMethods(Operations(api_specs))),
             lease=datetime.timedelta(seconds=settings.idempotency_lease_seconds),
         ),

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the layout and the faults are the tes
 from support.fault_suite import run  # noqa: E402
 from support.faults import FAULTS  # noqa: E402
 from support.production_layout import (  # noqa: E402
+    DELIVERY_TIMEOUT_SECONDS,
     IDEMPOTENCY_LEASE_SECONDS,
-    WEBHOOK_TIMEOUT_SECONDS,
     unavailable,
 )
 
@@ -72,7 +72,7 @@ def markdown(results: dict) -> str:
         "a timeout (10 s; after a 503 or a 409 'in flight', its `Retry-After`), then read back by "
         f"the same caller; {results['writes']} writes, {results['attempts']} requests. The "
         f"hosts run with `IDEMPOTENCY_LEASE_SECONDS={IDEMPOTENCY_LEASE_SECONDS}`, `DRAIN_SECONDS=2`"
-        f" and the worker with `WEBHOOK_TIMEOUT_SECONDS={WEBHOOK_TIMEOUT_SECONDS}`.",
+        f" and the worker with `DELIVERY_TIMEOUT_SECONDS={DELIVERY_TIMEOUT_SECONDS}`.",
         "",
         "Each fault is injected while the load runs, undone, and followed until every client "
         "has had a write acknowledged again; its row counts the requests that ended between its "

@@ -23,7 +23,7 @@ def traced_server(port: int, secrets_env: dict, log_dir: pathlib.Path) -> load.S
         "BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": "1",
         "DATABASE_URL": load.URL,
-        "RATELIMIT_STORAGE_URI": load.REDIS,
+        "SHARED_STORE_URL": load.REDIS,
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="traced-metrics-", dir=log_dir),
         "SOAK_HEAP_DIR": str(heap_dir),
     }

@@ -230,7 +230,7 @@ class Server:
 def server_secrets() -> tuple[dict, AccessTokens]:
     """The secrets every server of a run shares, as hosts would (environment variables), and the
     issuer of the clients' tokens that they trust."""
-    env = {"JWT_SECRET": secrets.token_urlsafe(32), "CURSOR_SECRET": secrets.token_urlsafe(32)}
+    env = {"JWT_SECRET": secrets.token_urlsafe(32), "HMAC_SECRET": secrets.token_urlsafe(32)}
     tokens = AccessTokens(Settings(jwt_secret=env["JWT_SECRET"].encode(), access_token_ttl=3600))
     return env, tokens
 
@@ -248,7 +248,7 @@ def shopapi_server(
         **secrets_env,
         "BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": str(workers),
-        "RATELIMIT_STORAGE_URI": REDIS,
+        "SHARED_STORE_URL": REDIS,
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"{name}-metrics-", dir=log_dir),
     }
     env.pop("RATE_LIMIT_SCALE", None)  # the spec's real limits

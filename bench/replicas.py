@@ -48,7 +48,7 @@ def replica_server(name, port, primary_url, replica_url, secrets_env, log_dir) -
         "BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": str(os.cpu_count()),
         "DATABASE_URL": primary_url,
-        "RATELIMIT_STORAGE_URI": REDIS,
+        "SHARED_STORE_URL": REDIS,
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"{name}-metrics-", dir=log_dir),
     }
     if replica_url:

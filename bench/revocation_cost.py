@@ -62,6 +62,7 @@ from models.migrations import migrate  # noqa: E402
 from shopapi.auth import security  # noqa: E402
 from shopapi.auth.tokens import CREDENTIALS_VERSION, LOGIN  # noqa: E402
 from shopapi.settings import Settings  # noqa: E402
+from shopapi.web.configured import configured  # noqa: E402
 
 JWT_SECRET = "bench-only-secret-0123456789abcdef"  # noqa: S105
 REVOKED_USERS = 10_000
@@ -104,7 +105,8 @@ class Bench:
         # Each request's log line would be most of what the output holds (and the same in A
         # and B): off.
         logging.getLogger("shopapi.requests").setLevel(logging.WARNING)
-        tokens = self.app.app.extensions["shopapi.auth.tokens"]
+        with self.app.app.app_context():
+            tokens = configured().tokens
         claims = {CREDENTIALS_VERSION: 0, LOGIN: BENCH_LOGIN}
         token = tokens.issue(str(user.id), ["products:read"], **claims)
         self.path = f"/v1/products/{product.id}"

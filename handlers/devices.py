@@ -5,7 +5,6 @@ user's devices; another user's are 404, as if absent. Tokens are never shown bac
 
 from urllib.parse import urlsplit
 
-import flask
 from connexion.exceptions import ProblemException
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -14,6 +13,7 @@ from models import Device, PushAttempt, PushDelivery, User
 from models.errors import InvalidReference
 from shopapi.auth.security import current_principal
 from shopapi.events.push.base64url import b64url_decode
+from shopapi.web.configured import configured
 from shopapi.web.listing import list_response
 from shopapi.web.responses import created
 
@@ -51,7 +51,7 @@ def _token_of(body: dict) -> tuple[str, str, dict]:
 
 def _subscription(subscription: dict) -> tuple[str, str, dict]:
     endpoint, keys = subscription["endpoint"], subscription["keys"]
-    refusal = flask.current_app.config["WEBPUSH_ENDPOINTS"].refusal(endpoint)
+    refusal = configured().webpush_endpoint_refusal(endpoint)
     if refusal:
         raise InvalidReference("/subscription/endpoint", f"The endpoint {refusal}.")
     try:
@@ -71,7 +71,7 @@ def list_devices(user_id, **params):
 
 def register_device(user_id, body):
     token, hint, keys = _token_of(body)
-    limit = flask.current_app.config["PUSH_DEVICES_PER_USER"]
+    limit = configured().settings.push_devices_per_user
     device, new = Device.register(_user(user_id), body["platform"], token, hint, keys, limit)
     return created(represent(device), device.id) if new else represent(device)
 
@@ -93,7 +93,7 @@ def list_device_deliveries(user_id, device_id, **params):
 
 
 def get_vapid_public_key():
-    public_key = flask.current_app.config["VAPID_PUBLIC_KEY"]
+    public_key = configured().vapid_public_key
     if public_key is None:
         raise ProblemException(
             status=404, title="Not Found", detail="This server does not send Web Push."

@@ -3,9 +3,10 @@
 import flask
 
 from shopapi.auth.oauth import TokenEndpoint
+from shopapi.web.configured import configured
 
 
 def issue_token(body):
-    app = flask.current_app
-    endpoint = TokenEndpoint(app.extensions["shopapi.auth.tokens"], app.config["REFRESH_TOKEN_TTL"])
+    app = configured()
+    endpoint = TokenEndpoint(app.tokens, app.settings.refresh_token_ttl)
     return endpoint.answer(body, flask.request.headers.get("Authorization", ""))

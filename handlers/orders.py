@@ -18,6 +18,7 @@ from models import Order, OrderItem, Product, User
 from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
+from shopapi.web.configured import configured
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.representations import versioned
@@ -145,7 +146,7 @@ def _record_low_stock(items: list[dict]) -> None:
     taken = collections.Counter()
     for item in items:
         taken[item["product_id"]] += item["quantity"]
-    threshold = flask.current_app.config["LOW_STOCK_THRESHOLD"]
+    threshold = configured().settings.low_stock_threshold
     for product in Product.fallen_below(threshold, taken):
         outbox.record("product.low_stock", product, represent_product)
 

@@ -1,12 +1,11 @@
 """The product catalogue. Each change writes its event (product.created, product.updated,
 product.low_stock) in its own transaction: see shopapi/events/outbox.py."""
 
-import flask
-
 from handlers.product_representation import represent_product as represent
 from models import Product
 from models.db import database
 from shopapi.events import outbox
+from shopapi.web.configured import configured
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.representations import read
@@ -20,7 +19,7 @@ def list_products(**params):
 def upsert_products(body):
     """v3's catalogue batch: each item created, or replaced by its SKU, in one transaction."""
     items = [read(item, f"/products/{n}") for n, item in enumerate(body["products"])]
-    threshold = flask.current_app.config["LOW_STOCK_THRESHOLD"]
+    threshold = configured().settings.low_stock_threshold
     with database.atomic():
         stored = Product.by_skus_for_update([item["sku"] for item in items])
         products = []
@@ -66,7 +65,7 @@ def _changed(id: int, change) -> dict:
             return represent(product)
         product.save()
         outbox.record("product.updated", product, represent)
-        if product.fell_below(flask.current_app.config["LOW_STOCK_THRESHOLD"], stock_before):
+        if product.fell_below(configured().settings.low_stock_threshold, stock_before):
             outbox.record("product.low_stock", product, represent)
         return represent(product)
 

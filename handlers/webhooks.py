@@ -3,7 +3,6 @@
 `admin`.
 """
 
-import flask
 import peewee
 from connexion.exceptions import Forbidden
 
@@ -11,6 +10,7 @@ from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.errors import InvalidReference
 from shopapi.auth.security import current_principal
 from shopapi.events import webhook_signatures, webhook_targets
+from shopapi.web.configured import configured
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
 from shopapi.web.problems import ValidationProblem
@@ -71,7 +71,7 @@ def _changeable(id: int) -> Webhook:
 def _check_url(body: dict) -> None:
     if "url" not in body:
         return
-    allow_private = flask.current_app.config["WEBHOOK_ALLOW_PRIVATE"]
+    allow_private = configured().settings.webhook_allow_private
     refusal = webhook_targets.refusal(body["url"], allow_private)
     if refusal:
         raise ValidationProblem([{"pointer": "/url", "detail": f"The URL {refusal}."}])

@@ -1,8 +1,8 @@
 """RFC 8615 well-known resources."""
 
-import flask
+from shopapi.web.configured import configured
 
 
 def get_jwks():
-    tokens = flask.current_app.extensions["shopapi.auth.tokens"]
+    tokens = configured().tokens
     return tokens.jwks(), 200, {"Cache-Control": "public, max-age=3600"}

@@ -100,7 +100,10 @@ def test_schemathesis_finds_no_failure(client, database_url, version, scheme, tm
     header, protected = _credentials(client, scheme)
     only = ["--include-path-regex", ONLY[version]] if version in ONLY else []
     max_examples, coverage = DEPTH[settings.get_current_profile_name()]
-    web_push = {"VAPID_PRIVATE_KEY": str(vapid_key_file), "VAPID_SUBJECT": VAPID["vapid_subject"]}
+    web_push = {
+        "VAPID_PRIVATE_KEY_FILE": str(vapid_key_file),
+        "VAPID_SUBJECT": VAPID["vapid_subject"],
+    }
     with live_server(database_url, VALIDATE_RESPONSES="1", **web_push) as base:
         run = subprocess.run(
             [

@@ -117,7 +117,7 @@ def test_a_web_push_subscription_is_checked(app_with):
 
 
 def test_the_vapid_public_key_is_published_when_web_push_is_set_up(app, client, app_with):
-    reader = _as(app, create_user(client))  # the tests' apps have VAPID_PRIVATE_KEY set
+    reader = _as(app, create_user(client))  # the tests' apps have VAPID_PRIVATE_KEY_FILE set
     answer = reader.get("/v2/push/vapid-public-key")
     assert answer.status_code == 200, answer.text
     key = serialization.load_pem_private_key(VAPID["vapid_private_key"].encode(), None)

@@ -247,7 +247,7 @@ def _post_product(client, body: dict):
 @pytest.fixture
 def keyed_client(app_with):
     """A client of an app whose fingerprint secret the test knows."""
-    client = app_with(cursor_secret=SECRET).test_client()
+    client = app_with(hmac_secret=SECRET).test_client()
     client.headers.update(bearer())
     return client
 
@@ -561,7 +561,7 @@ def _waiting_on_a_row(direct_url: str, table: str) -> int:
 
 
 # A server of the same fingerprint secret as the next one, and a lease a test can wait out.
-SHORT_LEASE = {"CURSOR_SECRET": SECRET.decode(), "IDEMPOTENCY_LEASE_SECONDS": "1"}
+SHORT_LEASE = {"HMAC_SECRET": SECRET.decode(), "IDEMPOTENCY_LEASE_SECONDS": "1"}
 
 
 def _product_and_order(http) -> tuple[dict, dict]:

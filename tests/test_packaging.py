@@ -123,7 +123,7 @@ def test_installed_package_serves_at_dependency_floors(tmp_path):
         **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         "DATABASE_URL": f"sqlite:///{workdir}/shopapi.db",
         "JWT_SECRET": "packaging-test-jwt-secret-0123456789",
-        "CURSOR_SECRET": "packaging-test-cursor-secret-0123456789",
+        "HMAC_SECRET": "packaging-test-cursor-secret-0123456789",
         "ADMIN_EMAIL": ADMIN_EMAIL,
         "ADMIN_PASSWORD": ADMIN_PASSWORD,
     }

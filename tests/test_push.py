@@ -70,7 +70,7 @@ def _settings(keys, **changes) -> Settings:
         "vapid_private_key": _pem(keys["vapid"]),
         "vapid_subject": "mailto:ops@example.com",
         "webpush_allow_private": True,
-        "webhook_timeout_seconds": 10.0,
+        "delivery_timeout_seconds": 10.0,
         **changes,
     }
     return Settings(**values)
@@ -94,11 +94,11 @@ def _run_worker(settings: Settings) -> int:
     """What the worker's threads do until nothing is due: fan out, then push. Returns how many
     attempts were made."""
     senders = sending.senders(settings)
-    retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
+    retries = Retries(settings.delivery_max_attempts, settings.delivery_retry_base_seconds)
     while fan_out(devices_per_user=settings.push_devices_per_user):
         pass
     attempts = 0
-    while push_one(senders, retries, settings.webhook_timeout_seconds):
+    while push_one(senders, retries, settings.delivery_timeout_seconds):
         attempts += 1
     return attempts
 
@@ -346,7 +346,7 @@ def test_fcm_access_token_refused_early_is_renewed_and_the_message_sent_again(ap
                 "client_email": "push@demo-project.iam.gserviceaccount.com",
                 "token_uri": f"{oauth.url}/token",
             },
-            webhook_retry_base_seconds=0.0,  # a retry is due at once
+            delivery_retry_base_seconds=0.0,  # a retry is due at once
         )
         customer = create_user(client)
         own = _client(app, customer)
@@ -443,7 +443,7 @@ def test_apns_expired_provider_token_is_replaced_and_retry_after_as_a_date_is_ke
 
     with Http2Service(apns, cert_file, key_file) as service:
         # A retry is due at once, unless Retry-After says otherwise.
-        settings = _apns_settings(keys, service.url, webhook_retry_base_seconds=0.0)
+        settings = _apns_settings(keys, service.url, delivery_retry_base_seconds=0.0)
         customer = create_user(client)
         own = _client(app, customer)
         fresh = _register(own, customer, platform="apns", token="d" * 64)
@@ -474,7 +474,7 @@ def test_a_sender_that_raises_records_its_attempts_until_the_delivery_fails(
         Service(lambda request: 201) as push_service,
     ):
         settings = _apns_settings(
-            keys, apns.url, webhook_max_attempts=3, webhook_retry_base_seconds=0.0
+            keys, apns.url, delivery_max_attempts=3, delivery_retry_base_seconds=0.0
         )
         jammer = create_user(client)
         subscription = BrowserSubscription.new(f"{push_service.url}/wpush/1").to_json()
@@ -517,7 +517,7 @@ def test_a_retry_after_that_is_no_number_of_seconds_leaves_the_backoff(
 ):
     """RFC 9110 10.2.3: delay-seconds is ASCII digits. Anything else that is no HTTP-date is
     ignored: the answer is a retry after the usual backoff."""
-    settings = _settings(keys, webhook_retry_base_seconds=1.0)
+    settings = _settings(keys, delivery_retry_base_seconds=1.0)
     app = app_with(vapid_private_key=settings.vapid_private_key, webpush_allow_private=True)
     admin = _client(app)
     customer = create_user(admin)
@@ -542,7 +542,7 @@ def test_a_retry_after_that_is_no_number_of_seconds_leaves_the_backoff(
 def test_a_retry_after_date_is_read_as_gmt_whatever_its_zone_says(app_with, keys, zone):
     """RFC 9110 5.6.7: an HTTP-date is GMT. RFC 5322's `-0000` (no zone information) and a date
     without a zone gave a naive datetime, which the worker could not compare with now."""
-    settings = _settings(keys, webhook_retry_base_seconds=0.0)
+    settings = _settings(keys, delivery_retry_base_seconds=0.0)
     app = app_with(vapid_private_key=settings.vapid_private_key, webpush_allow_private=True)
     admin = _client(app)
     customer = create_user(admin)
@@ -656,7 +656,7 @@ def test_one_owners_silent_push_services_leave_the_threads_to_another_owners_not
     worker's threads (one of four): another owner's notification goes out while theirs are
     still waiting, and theirs go out in turn once their service answers."""
     settings = _settings(
-        keys, webhook_worker_threads=4, webhook_poll_seconds=0.05, webhook_timeout_seconds=60.0
+        keys, delivery_threads=4, delivery_poll_seconds=0.05, delivery_timeout_seconds=60.0
     )
     app = _webpush_app(app_with, settings)
     admin = _client(app)

@@ -181,7 +181,7 @@ def _metric(base: str, name: str) -> float:
 @pytest.mark.slow
 def test_two_server_processes_share_one_quota_in_redis(app, database_url):
     _redis_or_skip()
-    settings = {"RATELIMIT_STORAGE_URI": REDIS_URL, "RATE_LIMIT_SCALE": str(SCALE)}
+    settings = {"SHARED_STORE_URL": REDIS_URL, "RATE_LIMIT_SCALE": str(SCALE)}
     with (
         live_server(database_url, **settings) as first,
         live_server(database_url, **settings) as second,
@@ -224,7 +224,7 @@ def test_without_redis_requests_are_served_and_limits_resume_when_it_returns(app
     _redis_or_skip()
     with _redis_behind_a_proxy() as (url, proxy):
         settings = {
-            "RATELIMIT_STORAGE_URI": url,
+            "SHARED_STORE_URL": url,
             "RATE_LIMIT_SCALE": str(SCALE),
             "METRICS_TOKEN": METRICS_TOKEN,
         }

@@ -63,10 +63,10 @@ def hosts(replication, bouncer):
         pytest.skip(f"Redis unreachable at {REDIS_URL} ({error})")
     settings = {
         "DATABASE_REPLICA_MAX_LAG_SECONDS": str(MAX_LAG_SECONDS),
-        "RATELIMIT_STORAGE_URI": REDIS_URL,
+        "SHARED_STORE_URL": REDIS_URL,
         "METRICS_TOKEN": "metrics-token-for-replica-tests",
         # Shared by every host, as in production: it keys Idempotency-Key fingerprints.
-        "CURSOR_SECRET": "cursor-secret-shared-by-the-replica-tests-hosts",
+        "HMAC_SECRET": "cursor-secret-shared-by-the-replica-tests-hosts",
     }
     primary, standby = replication.primary.url, replication.standby.url
     with contextlib.ExitStack() as servers:

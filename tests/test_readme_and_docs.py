@@ -91,6 +91,21 @@ def test_every_setting_is_in_the_configuration_page():
     assert [v for v in variables if f"`{v}`" not in table] == []
 
 
+def test_the_configuration_page_notes_each_old_name_as_deprecated_beside_its_new_one():
+    rows = (ROOT / "docs" / "configuration.md").read_text().splitlines()
+    renamed = [
+        (old, field.metadata["variable"])
+        for field in dataclasses.fields(Settings)
+        for old in field.metadata.get("formerly", ())
+    ]
+    assert len(renamed) >= 7
+    variables = [row.split(" | ")[0] for row in rows if row.startswith("| `")]
+    for old, new in renamed:
+        cell = next(cell for cell in variables if f"`{new}`" in cell)
+        formerly = cell[cell.index("(formerly ") :].split(": deprecated)")[0]
+        assert f"`{old}`" in formerly, cell
+
+
 def test_the_readme_states_the_defaults_the_code_has():
     text = README.read_text()
     minutes = Settings.access_token_ttl // 60

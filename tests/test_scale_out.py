@@ -54,7 +54,7 @@ def topology(database_url, tmp_path_factory):
         pytest.skip(reason)
     env = {
         "JWT_SECRET": JWT_SECRET,
-        "CURSOR_SECRET": "scale-out-cursor-secret-shared-by-all-hosts",
+        "HMAC_SECRET": "scale-out-cursor-secret-shared-by-all-hosts",
         "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
         "DRAIN_SECONDS": str(DRAIN_SECONDS),
         "IDEMPOTENCY_LEASE_SECONDS": str(LEASE_SECONDS),

@@ -27,7 +27,7 @@ from models.migrations import migrate
 
 pytestmark = pytest.mark.slow
 
-GENERATED = ("JWT_SECRET", "CURSOR_SECRET")
+GENERATED = ("JWT_SECRET", "HMAC_SECRET")
 FIELDS = {"time", "level", "logger", "message"}
 
 
@@ -38,7 +38,7 @@ def server_env(tmp_path_factory) -> dict:
     db = open_database(url)
     migrate(db)
     db.close()
-    unset = (*GENERATED, "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY", "PROMETHEUS_MULTIPROC_DIR")
+    unset = (*GENERATED, "JWT_PRIVATE_KEY_FILE", "JWT_PUBLIC_KEY_FILE", "PROMETHEUS_MULTIPROC_DIR")
     env = {name: value for name, value in os.environ.items() if name not in unset}
     env = {**env, "DATABASE_URL": url, "SLOW_REQUEST_MS": "3600000"}
     # The demo accounts, whose published passwords start-up warns of.

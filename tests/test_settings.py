@@ -1,11 +1,13 @@
 import os
 
+import flask
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from support.live import run_module
 
 from shopapi.settings import ConfigurationError, Settings
+from shopapi.web.configured import configured
 
 
 def test_defaults_need_nothing_set():
@@ -35,7 +37,7 @@ def test_values_come_from_the_environment():
         ("DATABASE_POOL_SIZE", "lots"),
         ("DATABASE_POOL_SIZE", "0"),
         ("JWT_SECRET", "too-short"),
-        ("JWT_PRIVATE_KEY", "/nonexistent/private.pem"),
+        ("JWT_PRIVATE_KEY_FILE", "/nonexistent/private.pem"),
         ("JWT_ISSUER", " "),
         ("ACCESS_TOKEN_TTL", "5"),
         ("REFRESH_TOKEN_TTL", "forever"),
@@ -53,14 +55,14 @@ def test_a_bad_value_is_refused_naming_the_variable(name, value):
         Settings.from_env({name: value})
 
 
-def test_the_cursor_secret_comes_from_the_environment_and_must_be_long():
-    assert Settings.from_env({"CURSOR_SECRET": "s" * 32}).cursor_secret == b"s" * 32
-    with pytest.raises(ConfigurationError, match="CURSOR_SECRET"):
-        Settings.from_env({"CURSOR_SECRET": "short"})
+def test_the_hmac_secret_comes_from_the_environment_and_must_be_long():
+    assert Settings.from_env({"HMAC_SECRET": "s" * 32}).hmac_secret == b"s" * 32
+    with pytest.raises(ConfigurationError, match="HMAC_SECRET"):
+        Settings.from_env({"HMAC_SECRET": "short"})
 
 
-def test_without_a_cursor_secret_each_process_generates_one():
-    assert Settings.from_env({}).cursor_secret != Settings.from_env({}).cursor_secret
+def test_without_a_hmac_secret_each_process_generates_one():
+    assert Settings.from_env({}).hmac_secret != Settings.from_env({}).hmac_secret
 
 
 def test_security_settings_come_from_the_environment(tmp_path):
@@ -85,18 +87,18 @@ def test_security_settings_come_from_the_environment(tmp_path):
 def test_rs256_needs_both_keys_as_pem_files(tmp_path):
     pem = tmp_path / "key.pem"
     pem.write_text("-----BEGIN PUBLIC KEY-----\n...\n-----END PUBLIC KEY-----\n")
-    with pytest.raises(ConfigurationError, match="JWT_PRIVATE_KEY"):
-        Settings.from_env({"JWT_PUBLIC_KEY": str(pem)})
+    with pytest.raises(ConfigurationError, match="JWT_PRIVATE_KEY_FILE"):
+        Settings.from_env({"JWT_PUBLIC_KEY_FILE": str(pem)})
     not_pem = tmp_path / "key.txt"
     not_pem.write_text("hello")
-    with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY must name a PEM file"):
-        Settings.from_env({"JWT_PRIVATE_KEY": str(pem), "JWT_PUBLIC_KEY": str(not_pem)})
+    with pytest.raises(ConfigurationError, match="JWT_PUBLIC_KEY_FILE must name a PEM file"):
+        Settings.from_env({"JWT_PRIVATE_KEY_FILE": str(pem), "JWT_PUBLIC_KEY_FILE": str(not_pem)})
 
 
 def test_traffic_settings_come_from_the_environment():
     settings = Settings.from_env(
         {
-            "RATELIMIT_STORAGE_URI": "redis://cache:6379/1",
+            "SHARED_STORE_URL": "redis://cache:6379/1",
             "RATE_LIMIT_SCALE": "2.5",
             "CORS_ORIGINS": "https://a.example.com, https://b.example.com:8443/",
             "CORS_ALLOW_CREDENTIALS": "true",
@@ -106,7 +108,7 @@ def test_traffic_settings_come_from_the_environment():
             "API_DEFAULT_VERSION": "2",
         }
     )
-    assert settings.rate_limit_storage_uri == "redis://cache:6379/1"
+    assert settings.shared_store_url == "redis://cache:6379/1"
     assert settings.rate_limit_scale == 2.5
     assert settings.cors_origins == ("https://a.example.com", "https://b.example.com:8443")
     assert settings.cors_allow_credentials is True
@@ -119,8 +121,8 @@ def test_traffic_settings_come_from_the_environment():
 @pytest.mark.parametrize(
     ("environ", "name"),
     [
-        ({"RATELIMIT_STORAGE_URI": "memcached://x:11211"}, "RATELIMIT_STORAGE_URI"),
-        ({"RATELIMIT_STORAGE_URI": "redis"}, "RATELIMIT_STORAGE_URI"),
+        ({"SHARED_STORE_URL": "memcached://x:11211"}, "SHARED_STORE_URL"),
+        ({"SHARED_STORE_URL": "redis"}, "SHARED_STORE_URL"),
         ({"RATE_LIMIT_SCALE": "0"}, "RATE_LIMIT_SCALE"),
         ({"RATE_LIMIT_SCALE": "lots"}, "RATE_LIMIT_SCALE"),
         ({"CORS_ORIGINS": "app.example.com"}, "CORS_ORIGINS"),
@@ -140,16 +142,16 @@ def test_a_bad_traffic_setting_is_refused_naming_the_variable(environ, name):
 
 
 def test_the_webhook_workers_settings_come_from_the_environment():
-    settings = Settings.from_env({"WEBHOOK_POLL_SECONDS": "0.25", "WEBHOOK_WORKER_THREADS": "8"})
-    assert (settings.webhook_poll_seconds, settings.webhook_worker_threads) == (0.25, 8)
+    settings = Settings.from_env({"DELIVERY_POLL_SECONDS": "0.25", "DELIVERY_THREADS": "8"})
+    assert (settings.delivery_poll_seconds, settings.delivery_threads) == (0.25, 8)
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("WEBHOOK_POLL_SECONDS", "0"),
-        ("WEBHOOK_WORKER_THREADS", "0"),
-        ("WEBHOOK_WORKER_THREADS", "x"),
+        ("DELIVERY_POLL_SECONDS", "0"),
+        ("DELIVERY_THREADS", "0"),
+        ("DELIVERY_THREADS", "x"),
     ],
 )
 def test_a_bad_worker_setting_is_refused_naming_the_variable(name, value):
@@ -205,7 +207,7 @@ def test_trusted_proxies_are_addresses_or_networks(value):
 def test_migrating_and_seeding_say_nothing_of_the_secrets_they_do_not_use(tmp_path):
     # `make run` migrates and seeds before it serves: only the server, which signs tokens and
     # cursors, warns that their secrets are generated.
-    unset = ("JWT_SECRET", "CURSOR_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY")
+    unset = ("JWT_SECRET", "HMAC_SECRET", "JWT_PRIVATE_KEY_FILE", "JWT_PUBLIC_KEY_FILE")
     env = {name: value for name, value in os.environ.items() if name not in unset}
     env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/shopapi.db", "SEED_DEMO": "1"}
     for command in ("models.migrations", "models.seed"):
@@ -270,7 +272,7 @@ def _private_key_file(path, curve):
 @pytest.mark.parametrize(
     ("variable", "companions"),
     [
-        ("VAPID_PRIVATE_KEY", {"VAPID_SUBJECT": "mailto:push@example.com"}),
+        ("VAPID_PRIVATE_KEY_FILE", {"VAPID_SUBJECT": "mailto:push@example.com"}),
         (
             "APNS_KEY_FILE",
             {"APNS_KEY_ID": "ABC123DEFG", "APNS_TEAM_ID": "DEF123GHIJ", "APNS_TOPIC": "com.ex.app"},
@@ -293,3 +295,12 @@ def test_an_es256_signing_key_that_is_not_p256_stops_the_start_naming_its_variab
     p256 = _private_key_file(tmp_path / "p256.pem", ec.SECP256R1())
     settings = Settings.from_env({variable: str(p256), **companions})
     assert p256.read_text() in (settings.vapid_private_key, settings.apns_key)
+
+
+def test_the_app_hands_its_settings_on_typed_not_as_flask_config_keys(app_with):
+    # The handlers read `configured().settings` (shopapi/web/configured.py): one typed object,
+    # not string keys copied into Flask's config, which no extension of ours reads.
+    app = app_with(low_stock_threshold=7, push_devices_per_user=3)
+    assert set(app.app.config) - set(flask.Flask("bare").config) == set()
+    with app.app.app_context():
+        assert configured().settings.low_stock_threshold == 7

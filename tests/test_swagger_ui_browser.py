@@ -158,7 +158,7 @@ def base(database_url, tmp_path_factory):
             serialization.NoEncryption(),
         )
     )
-    web_push = {"VAPID_PRIVATE_KEY": str(vapid_key), "VAPID_SUBJECT": "mailto:ui@example.com"}
+    web_push = {"VAPID_PRIVATE_KEY_FILE": str(vapid_key), "VAPID_SUBJECT": "mailto:ui@example.com"}
     with live_server(database_url, WEBHOOK_ALLOW_PRIVATE="1", **web_push, **ADMIN) as base:
         yield base
 

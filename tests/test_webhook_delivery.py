@@ -27,9 +27,9 @@ from shopapi.settings import Settings
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST = {
     "WEBHOOK_ALLOW_PRIVATE": "1",
-    "WEBHOOK_POLL_SECONDS": "0.05",
-    "WEBHOOK_RETRY_BASE_SECONDS": "0.05",
-    "WEBHOOK_TIMEOUT_SECONDS": "1",
+    "DELIVERY_POLL_SECONDS": "0.05",
+    "DELIVERY_RETRY_BASE_SECONDS": "0.05",
+    "DELIVERY_TIMEOUT_SECONDS": "1",
 }
 
 
@@ -269,7 +269,7 @@ def test_after_its_last_attempt_a_delivery_fails_and_is_not_tried_again(start_wo
     with Receiver(in_turn(503, 503, 503)) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
         first = _event("order.created", 1, owner_id=7)
-        start_worker(WEBHOOK_MAX_ATTEMPTS="3")
+        start_worker(DELIVERY_MAX_ATTEMPTS="3")
         failed = _settled(_delivery_of(first, webhook).id, "failed")
         # A later event goes through: by then a fourth attempt of the first would have been made.
         later = _event("order.created", 2, owner_id=7)
@@ -292,7 +292,7 @@ def test_a_delivery_whose_sending_raises_fails_after_its_attempts_and_others_go_
         broken.save()
         healthy = _webhook(receiver.url, ["order.created"])
         event = _event("order.created", owner_id=7)
-        worker = start_worker(WEBHOOK_MAX_ATTEMPTS="3")
+        worker = start_worker(DELIVERY_MAX_ATTEMPTS="3")
         failed = _settled(_delivery_of(event, broken).id, "failed")
         _settled(_delivery_of(event, healthy).id)
 
@@ -326,7 +326,7 @@ def test_410_disables_the_webhook_and_nothing_more_is_sent_to_it(start_worker):
         staying = _webhook(healthy.url, ["order.created"])
         first = _event("order.created", 1, owner_id=7)
         second = _event("order.created", 2, owner_id=7)
-        start_worker(WEBHOOK_WORKER_THREADS="1")  # one thread: the 410 comes before the second
+        start_worker(DELIVERY_THREADS="1")  # one thread: the 410 comes before the second
         _settled(_delivery_of(first, leaving).id, "failed")
         _settled(_delivery_of(second, staying).id)
         after = _event("order.created", 3, owner_id=7)
@@ -345,7 +345,7 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(start_worker):
     with Receiver(in_turn(Hold(seconds=3))) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
         event = _event("order.created", owner_id=7)
-        start_worker(WEBHOOK_TIMEOUT_SECONDS="0.3", WEBHOOK_MAX_ATTEMPTS="1")
+        start_worker(DELIVERY_TIMEOUT_SECONDS="0.3", DELIVERY_MAX_ATTEMPTS="1")
         delivery = _settled(_delivery_of(event, webhook).id, "failed")
 
     [attempt] = _attempts(delivery)
@@ -365,7 +365,7 @@ def test_a_receiver_that_drips_its_answer_costs_one_attempt_that_ends_at_the_dea
         webhook = _webhook(receiver.url, ["order.created"])
         event = _event("order.created", owner_id=7)
         start_worker(
-            WEBHOOK_TIMEOUT_SECONDS="0.5", WEBHOOK_MAX_ATTEMPTS="1", WEBHOOK_WORKER_THREADS="2"
+            DELIVERY_TIMEOUT_SECONDS="0.5", DELIVERY_MAX_ATTEMPTS="1", DELIVERY_THREADS="2"
         )
         delivery = _settled(_delivery_of(event, webhook).id, "failed")
         sent = _event_ids(receiver.requests)
@@ -389,7 +389,7 @@ def test_a_resolver_that_does_not_answer_ends_the_attempt_at_its_deadline(monkey
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     webhook, event = _unsaved("https://partner.example/hook")
     try:
-        outcome = webhook_delivery.post(webhook, event, Settings(webhook_timeout_seconds=0.3))
+        outcome = webhook_delivery.post(webhook, event, Settings(delivery_timeout_seconds=0.3))
     finally:
         answering.set()
     assert outcome.status is None
@@ -406,11 +406,11 @@ def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
     with Receiver(in_turn(held)) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
         event = _event("order.created", owner_id=7)
-        first = start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
+        first = start_worker(DELIVERY_TIMEOUT_SECONDS="0.5")
         wait_for(lambda: receiver.requests, "the first attempt")
         first.kill()
         held.release.set()
-        start_worker(WEBHOOK_TIMEOUT_SECONDS="0.5")
+        start_worker(DELIVERY_TIMEOUT_SECONDS="0.5")
         # The dead worker's lease (timeout + 5 s) has to run out first.
         delivery = _settled(_delivery_of(event, webhook).id)
 
@@ -453,7 +453,7 @@ def test_the_events_of_one_resource_arrive_in_order_others_do_not_wait(start_wor
             _event("order.status_changed", 1, owner_id=7),
             _event("order.created", 2, owner_id=8),
         ]
-        start_worker(WEBHOOK_RETRY_BASE_SECONDS="0.5")
+        start_worker(DELIVERY_RETRY_BASE_SECONDS="0.5")
         for event in events:
             _settled(_delivery_of(event, webhook).id)
 
@@ -479,7 +479,7 @@ def test_an_event_waits_for_an_earlier_one_another_worker_is_fanning_out(
         with database.atomic():
             # What a second worker fanning out `earlier` holds: the worker skips it.
             Event.select().where(Event.id == earlier.id).for_update().get()
-            start_worker(WEBHOOK_WORKER_THREADS="1")
+            start_worker(DELIVERY_THREADS="1")
             # One thread claims in id order: it had the later event's delivery to look at first.
             _settled(_delivery_of(elsewhere, webhook).id)
             assert Delivery.get(event=later, webhook=webhook).status == "pending"
@@ -522,7 +522,7 @@ def test_a_private_target_is_refused_without_connecting(start_worker):
     with Receiver(in_turn()) as receiver:
         webhook = _webhook(receiver.url, ["order.created"])
         event = _event("order.created", owner_id=7)
-        start_worker(WEBHOOK_ALLOW_PRIVATE="0", WEBHOOK_MAX_ATTEMPTS="1")
+        start_worker(WEBHOOK_ALLOW_PRIVATE="0", DELIVERY_MAX_ATTEMPTS="1")
         delivery = _settled(_delivery_of(event, webhook).id, "failed")
 
     [attempt] = _attempts(delivery)
@@ -547,7 +547,7 @@ def test_an_address_registered_in_another_form_is_refused_without_connecting(sta
         }
         webhooks = {url: _webhook(url, ["order.created"]) for url in forms}
         event = _event("order.created", owner_id=7)
-        start_worker(WEBHOOK_ALLOW_PRIVATE="0", WEBHOOK_MAX_ATTEMPTS="1")
+        start_worker(WEBHOOK_ALLOW_PRIVATE="0", DELIVERY_MAX_ATTEMPTS="1")
         errors = {
             url: [a.error for a in _attempts(_settled(_delivery_of(event, hook).id, "failed"))]
             for url, hook in webhooks.items()
@@ -769,7 +769,7 @@ def _resolving(monkeypatch, name: str, address: str) -> None:
 def test_a_name_that_resolves_to_a_private_address_is_refused(monkeypatch):
     _resolving(monkeypatch, "partner.example", "10.1.2.3")
     webhook, event = _unsaved("https://partner.example/hook")
-    outcome = webhook_delivery.post(webhook, event, Settings(webhook_timeout_seconds=0.5))
+    outcome = webhook_delivery.post(webhook, event, Settings(delivery_timeout_seconds=0.5))
     assert outcome.status is None
     assert outcome.error == (
         "refused: partner.example resolves to 10.1.2.3, a private, loopback or reserved address"
@@ -781,7 +781,7 @@ def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch):
         port = receiver.url.split(":")[2].split("/")[0]
         _resolving(monkeypatch, "partner.example", "127.0.0.1")
         webhook, event = _unsaved(f"http://partner.example:{port}/hook?source=shop")
-        settings = Settings(webhook_timeout_seconds=1, webhook_allow_private=True)
+        settings = Settings(delivery_timeout_seconds=1, webhook_allow_private=True)
         outcome = webhook_delivery.post(webhook, event, settings)
 
     assert outcome.status == 204
@@ -812,7 +812,7 @@ def test_https_checks_the_certificate_against_the_host_name(
         port = receiver.url.split(":")[2].split("/")[0]
         _resolving(monkeypatch, "partner.example", "127.0.0.1")
         webhook, event = _unsaved(f"https://partner.example:{port}/hook")
-        settings = Settings(webhook_timeout_seconds=1, webhook_allow_private=True)
+        settings = Settings(delivery_timeout_seconds=1, webhook_allow_private=True)
         outcome = webhook_delivery.post(webhook, event, settings)
 
     if works:

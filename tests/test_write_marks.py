@@ -1,5 +1,5 @@
 """Where each caller's latest write left the primary's WAL: the per-process store (used with
-RATELIMIT_STORAGE_URI=memory://), and the Redis one through an outage (the Redis one in use is
+SHARED_STORE_URL=memory://), and the Redis one through an outage (the Redis one in use is
 exercised by tests/test_read_replicas.py)."""
 
 import asyncio

@@ -63,7 +63,6 @@ def install(
     """Make `tokens` the keys of `app`'s security checks and handlers, `metrics_token` the one
     that reads its metrics, and `revocations` what they know of revoked tokens."""
     _keys_of[app.middleware] = _Keys(tokens, metrics_token, revocations)
-    app.app.extensions["shopapi.auth.tokens"] = tokens
 
 
 def revocations_of(app: connexion.FlaskApp) -> Revocations:

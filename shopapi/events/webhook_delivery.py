@@ -27,7 +27,7 @@ class Outcome:
 
 
 def post(webhook: Webhook, event: Event, settings: Settings) -> Outcome:
-    """POST `event` to `webhook` once, within WEBHOOK_TIMEOUT_SECONDS all told. Who acted is in
+    """POST `event` to `webhook` once, within DELIVERY_TIMEOUT_SECONDS all told. Who acted is in
     the payload only for a webhook whose owner is (now) an admin."""
     payload = event_payload(event, webhook.api_version, shows_actor=webhook.owner_is_admin)
     body = orjson.dumps(payload, option=OPTIONS)
@@ -36,7 +36,7 @@ def post(webhook: Webhook, event: Event, settings: Settings) -> Outcome:
         _request_headers(webhook, event, body),
         body,
         allow_private=settings.webhook_allow_private,
-        timeout=settings.webhook_timeout_seconds,
+        timeout=settings.delivery_timeout_seconds,
     )
     status = sent.answer.status if sent.answer else None
     return Outcome(status, sent.error, sent.duration_ms)

@@ -57,7 +57,7 @@ def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_US
 
 def deliver_one(settings: Settings, retries: Retries) -> bool:
     """Attempt the next due delivery, if any; returns whether there was one."""
-    delivery = Delivery.claim_due(attempt_seconds=settings.webhook_timeout_seconds)
+    delivery = Delivery.claim_due(attempt_seconds=settings.delivery_timeout_seconds)
     if delivery is None:
         return False
     delivered_to = {
@@ -158,15 +158,15 @@ def _keep_going(name: str, job, stop: threading.Event, idle_seconds: float) -> N
 
 
 def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """Start the fan-out thread and `webhook_worker_threads` delivery threads (each delivering
+    """Start the fan-out thread and `delivery_threads` delivery threads (each delivering
     to webhooks and pushing to devices), which run until `stop` (finishing the delivery under
     way). One owner's pushes take at most a quarter of the threads (one, when fewer than eight):
     the rest are left to other owners' while its push services are slow."""
     pushing = settings.push_transport != "none"
     senders = sending.senders(settings)
-    retries = Retries(settings.webhook_max_attempts, settings.webhook_retry_base_seconds)
-    timeout = settings.webhook_timeout_seconds
-    per_owner = max(1, settings.webhook_worker_threads // 4)
+    retries = Retries(settings.delivery_max_attempts, settings.delivery_retry_base_seconds)
+    timeout = settings.delivery_timeout_seconds
+    per_owner = max(1, settings.delivery_threads // 4)
     jobs = {"fan-out": lambda: fan_out(pushing, settings.push_devices_per_user) > 0}
 
     def deliver() -> bool:
@@ -174,11 +174,11 @@ def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
         pushed = pushing and push_one(senders, retries, timeout, per_owner)
         return delivered or pushed
 
-    for n in range(settings.webhook_worker_threads):
+    for n in range(settings.delivery_threads):
         jobs[f"delivery-{n}"] = deliver
     threads = [
         threading.Thread(
-            target=_keep_going, args=(name, job, stop, settings.webhook_poll_seconds), name=name
+            target=_keep_going, args=(name, job, stop, settings.delivery_poll_seconds), name=name
         )
         for name, job in jobs.items()
     ]
@@ -204,7 +204,7 @@ def main() -> int:
         print(f"shopapi.events.worker: {error}", file=sys.stderr)
         return 2
     # A connection per delivery thread, and one for fan-out.
-    use(open_database(settings.database_url, settings.webhook_worker_threads + 1))
+    use(open_database(settings.database_url, settings.delivery_threads + 1))
     missing = _missing_tables()
     if missing:
         print(
@@ -219,7 +219,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
     stop = threading.Event()
     threads = start(settings, stop)
-    started = {"delivery_threads": settings.webhook_worker_threads}
+    started = {"delivery_threads": settings.delivery_threads}
     log.info("webhook worker started", extra={"fields": started})
     received = signal.sigwait(stopping)
     log.info("webhook worker stopping", extra={"fields": {"signal": signal.Signals(received).name}})

@@ -77,5 +77,5 @@ def read_routing(settings: Settings):
         max_lag,
     )
     # A mark is needed until the replicas replayed the write, or lag too far to be used at all.
-    marks = write_marks(settings.rate_limit_storage_uri, keep_seconds=max_lag + 2 * CHECK_EVERY + 1)
+    marks = write_marks(settings.shared_store_url, keep_seconds=max_lag + 2 * CHECK_EVERY + 1)
     return partial(ReadRoutingMiddleware, replicas=replicas, marks=marks)

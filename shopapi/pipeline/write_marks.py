@@ -109,7 +109,7 @@ class RedisMarks:
 
 
 def write_marks(storage_uri: str, keep_seconds: float) -> MemoryMarks | RedisMarks:
-    """The marks in RATELIMIT_STORAGE_URI's store (memory://, or Redis)."""
+    """The marks in SHARED_STORE_URL's store (memory://, or Redis)."""
     if storage_uri.startswith("memory"):
         return MemoryMarks(keep_seconds)
     return RedisMarks(storage_uri, keep_seconds)

@@ -17,9 +17,12 @@ log = logging.getLogger("shopapi.settings")
 __all__ = ["ConfigurationError", "Settings", "generated_secrets"]
 
 
-def _setting(variable: str, parse: Parser, default=None, *, factory=None) -> Any:
-    """A field of `Settings`, read from `variable` by `parse` when the environment sets it."""
-    metadata = {"variable": variable, "parse": parse}
+def _setting(
+    variable: str, parse: Parser, default=None, *, factory=None, formerly: tuple[str, ...] = ()
+) -> Any:
+    """A field of `Settings`, read from `variable` by `parse` when the environment sets it, or
+    from a name it had before (`formerly`: still read, with a warning naming `variable`)."""
+    metadata = {"variable": variable, "parse": parse, "formerly": formerly}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -64,13 +67,21 @@ class Settings:
     request_bodies_in_flight_max_bytes: int = _setting(
         "REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", parse.integer(1024 * 1024, 2**40), 64 * 1024 * 1024
     )
-    # Signs list cursors and keys idempotency fingerprints; a generated one suits one process.
-    cursor_secret: bytes = _setting("CURSOR_SECRET", parse.secret(16), factory=_random_secret)
+    # Keys the HMACs of what the server checks when it comes back: it signs list cursors, and
+    # keys (derived) Idempotency-Key fingerprints. One secret to distribute: docs/decisions.md.
+    # A generated one suits one process.
+    hmac_secret: bytes = _setting(
+        "HMAC_SECRET", parse.secret(16), factory=_random_secret, formerly=("CURSOR_SECRET",)
+    )
     # The HS256 key signing access tokens (RFC 7518 3.2: as long as the hash), unless RS256 keys.
     jwt_secret: bytes = _setting("JWT_SECRET", parse.secret(32), factory=_random_secret)
     # An RS256 key pair (PEM files, read as text) to sign with instead: both or neither.
-    jwt_private_key: str | None = _setting("JWT_PRIVATE_KEY", parse.pem_file)
-    jwt_public_key: str | None = _setting("JWT_PUBLIC_KEY", parse.pem_file)
+    jwt_private_key: str | None = _setting(
+        "JWT_PRIVATE_KEY_FILE", parse.pem_file, formerly=("JWT_PRIVATE_KEY",)
+    )
+    jwt_public_key: str | None = _setting(
+        "JWT_PUBLIC_KEY_FILE", parse.pem_file, formerly=("JWT_PUBLIC_KEY",)
+    )
     # The `iss` of our tokens, and the `aud` every accepted token carries.
     jwt_issuer: str = _setting("JWT_ISSUER", parse.non_empty, "shopapi")
     jwt_audience: str = _setting("JWT_AUDIENCE", parse.non_empty, "shopapi")
@@ -86,9 +97,13 @@ class Settings:
     # The first admin, created at start-up when no user has this email; both or neither.
     admin_email: str | None = _setting("ADMIN_EMAIL", parse.text_or_none)
     admin_password: str | None = _setting("ADMIN_PASSWORD", parse.text_or_none)
-    # Where the spec's rate limits are counted: in this process (memory://) or in a shared Redis.
-    rate_limit_storage_uri: str = _setting(
-        "RATELIMIT_STORAGE_URI", parse.url("memory", "redis", "rediss", "redis+unix"), "memory://"
+    # What the server processes share: the rate limits' counts and the read-your-writes marks
+    # (pipeline/write_marks.py), in this process (memory://) or in a Redis every process uses.
+    shared_store_url: str = _setting(
+        "SHARED_STORE_URL",
+        parse.url("memory", "redis", "rediss", "redis+unix"),
+        "memory://",
+        formerly=("RATELIMIT_STORAGE_URI",),
     )
     # Multiplies every limit of the spec: load tests raise them, tests of the limits lower them.
     rate_limit_scale: float = _setting("RATE_LIMIT_SCALE", parse.positive_number, 1.0)
@@ -110,20 +125,33 @@ class Settings:
     low_stock_threshold: int = _setting("LOW_STOCK_THRESHOLD", parse.integer(0, 2**31 - 1), 5)
     # Accept webhook targets on private, loopback or link-local addresses (tests, development).
     webhook_allow_private: bool = _setting("WEBHOOK_ALLOW_PRIVATE", parse.boolean, False)
-    # How long each delivery attempt waits for an answer.
-    webhook_timeout_seconds: float = _setting(
-        "WEBHOOK_TIMEOUT_SECONDS", parse.positive_number, 10.0
+    # The worker's deliveries (events/worker.py), webhook and push alike: how long each attempt
+    # waits for an answer;
+    delivery_timeout_seconds: float = _setting(
+        "DELIVERY_TIMEOUT_SECONDS",
+        parse.positive_number,
+        10.0,
+        formerly=("WEBHOOK_TIMEOUT_SECONDS",),
     )
-    # A failed attempt is retried after about base x 2^(attempt - 1) s (jittered, at most 1 h).
-    webhook_retry_base_seconds: float = _setting(
-        "WEBHOOK_RETRY_BASE_SECONDS", parse.positive_number, 30.0
+    # a failed attempt retried after about base x 2^(attempt - 1) s (jittered, at most 1 h);
+    delivery_retry_base_seconds: float = _setting(
+        "DELIVERY_RETRY_BASE_SECONDS",
+        parse.positive_number,
+        30.0,
+        formerly=("WEBHOOK_RETRY_BASE_SECONDS",),
     )
-    # Attempts before a delivery is failed.
-    webhook_max_attempts: int = _setting("WEBHOOK_MAX_ATTEMPTS", parse.integer(1, 100), 8)
-    # How often the worker (events/worker.py) looks for new events and due deliveries.
-    webhook_poll_seconds: float = _setting("WEBHOOK_POLL_SECONDS", parse.positive_number, 1.0)
-    # Deliveries a worker process makes at once (one such process on SQLite: one writer).
-    webhook_worker_threads: int = _setting("WEBHOOK_WORKER_THREADS", parse.integer(1, 64), 4)
+    # the attempts before a delivery is failed;
+    delivery_max_attempts: int = _setting(
+        "DELIVERY_MAX_ATTEMPTS", parse.integer(1, 100), 8, formerly=("WEBHOOK_MAX_ATTEMPTS",)
+    )
+    # how often the worker looks for new events and due deliveries;
+    delivery_poll_seconds: float = _setting(
+        "DELIVERY_POLL_SECONDS", parse.positive_number, 1.0, formerly=("WEBHOOK_POLL_SECONDS",)
+    )
+    # the deliveries a worker process makes at once (one such process on SQLite: one writer).
+    delivery_threads: int = _setting(
+        "DELIVERY_THREADS", parse.integer(1, 64), 4, formerly=("WEBHOOK_WORKER_THREADS",)
+    )
     # Seconds a server keeps serving after SIGTERM, /readyz answering 503, before it stops
     # accepting: longer than its balancer takes to see the 503 (pipeline/draining.py).
     drain_seconds: int = _setting("DRAIN_SECONDS", parse.integer(0, 600), 5)
@@ -141,7 +169,9 @@ class Settings:
     push_transport: str = _setting("PUSH_TRANSPORT", parse.one_of("send", "log", "none"), "log")
     # Web Push: the VAPID key (a PEM file of a P-256 private key; clients subscribe with its
     # public half, GET /v1/push/vapid-public-key), and the contact the push services see.
-    vapid_private_key: str | None = _setting("VAPID_PRIVATE_KEY", parse.p256_private_key_file)
+    vapid_private_key: str | None = _setting(
+        "VAPID_PRIVATE_KEY_FILE", parse.p256_private_key_file, formerly=("VAPID_PRIVATE_KEY",)
+    )
     vapid_subject: str | None = _setting("VAPID_SUBJECT", parse.vapid_subject)
     # Accept Web Push endpoints on private addresses, over plain http and on any port too
     # (tests, development).
@@ -205,23 +235,52 @@ class Settings:
         values = {}
         for field in dataclasses.fields(cls):
             variable = field.metadata.get("variable")
-            if variable is not None and variable in environ:
-                values[field.name] = field.metadata["parse"](variable, environ[variable])
+            if variable is None:
+                continue
+            read_from = _name_set(environ, variable, field.metadata["formerly"])
+            if read_from is not None:
+                values[field.name] = field.metadata["parse"](read_from, environ[read_from])
         _check_together(values)
         return cls(**values)
 
 
+# The former names warned of in this process: a server reads its settings more than once (its
+# HTTP server, the app, gunicorn's master before its workers fork), its operator needs one line.
+_deprecated_names_warned: set[str] = set()
+
+
+def _name_set(environ: Mapping[str, str], variable: str, formerly: tuple[str, ...]) -> str | None:
+    """The name `environ` sets the setting `variable` by, if any: its own, or a former one
+    (warned of). Both, set differently, are refused: which one the operator meant is unknown."""
+    for old in (name for name in formerly if name in environ):
+        if variable in environ and environ[variable] != environ[old]:
+            raise ConfigurationError(
+                f"{old} and {variable} are both set, differently: {old} is deprecated, "
+                f"set {variable} only"
+            )
+        if old not in _deprecated_names_warned:
+            _deprecated_names_warned.add(old)
+            log.warning("%s is deprecated: set %s instead", old, variable)
+        if variable not in environ:
+            return old
+    return variable if variable in environ else None
+
+
 def generated_secrets(environ: Mapping[str, str]) -> list[str]:
     """The secrets `environ` leaves to be generated (each good for one process only)."""
-    generated = [] if "CURSOR_SECRET" in environ else ["CURSOR_SECRET"]
-    if not {"JWT_SECRET", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+    generated = [] if {"HMAC_SECRET", "CURSOR_SECRET"} & environ.keys() else ["HMAC_SECRET"]
+    if not {"JWT_SECRET", *_RS256_KEYS} & environ.keys():
         generated.append("JWT_SECRET")
     return generated
 
 
+# The RS256 key pair's variables, former names included.
+_RS256_KEYS = {"JWT_PRIVATE_KEY_FILE", "JWT_PUBLIC_KEY_FILE", "JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"}
+
+
 def _variables_read(environ: Mapping[str, str]) -> Mapping[str, str]:
     """`environ` without what it does not use: an RS256 key, when given, replaces JWT_SECRET."""
-    if {"JWT_PRIVATE_KEY", "JWT_PUBLIC_KEY"} & environ.keys():
+    if _RS256_KEYS & environ.keys():
         return {name: value for name, value in environ.items() if name != "JWT_SECRET"}
     return environ
 
@@ -231,7 +290,9 @@ def _check_together(values: dict) -> None:
     if "jwt_private_key" in values or "jwt_public_key" in values:
         for name in ("jwt_private_key", "jwt_public_key"):
             if name not in values:
-                raise ConfigurationError(f"{name.upper()} must be set too: RS256 needs both keys")
+                raise ConfigurationError(
+                    f"{_variable(name)} must be set too: RS256 needs both keys"
+                )
     if values.get("database_replica_urls") and not values.get("database_url", "").startswith(
         ("postgresql://", "postgres://")
     ):
@@ -246,9 +307,14 @@ def _check_together(values: dict) -> None:
         ("apns_key", "apns_key_id", "apns_team_id", "apns_topic"),
     ):
         if any(values.get(name) for name in group) and not all(values.get(n) for n in group):
-            names = ", ".join(name.upper() for name in group).replace("APNS_KEY,", "APNS_KEY_FILE,")
+            names = ", ".join(_variable(name) for name in group)
             raise ConfigurationError(f"{names} go together")
     if values.get("cors_allow_credentials") and "*" in values.get("cors_origins", ()):
         raise ConfigurationError(
             "CORS_ORIGINS cannot be * when CORS_ALLOW_CREDENTIALS is on: list the origins"
         )
+
+
+def _variable(field_name: str) -> str:
+    """The variable the setting `field_name` of Settings is read from."""
+    return Settings.__dataclass_fields__[field_name].metadata["variable"]

@@ -217,7 +217,7 @@ class Hosts:
             "BIND": f"0.0.0.0:{APP_PORT}",
             "WEB_CONCURRENCY": str(self.workers),
             "DATABASE_URL": _moved(self.database_url, self.gateway, 5432),
-            "RATELIMIT_STORAGE_URI": _moved(self.redis_url, self.gateway, 6379),
+            "SHARED_STORE_URL": _moved(self.redis_url, self.gateway, 6379),
             "FORWARDED_ALLOW_IPS": str(self.balancer_address),
             # pg_stat_activity names the host of every connection.
             "PGAPPNAME": f"shopapi-{name}",

@@ -16,6 +16,7 @@ from models import table_versions
 from shopapi.auth.security import current_principal
 from shopapi.internals import connexion as connexion_internals
 from shopapi.web import counts, cursors, etags, money, representations
+from shopapi.web.configured import configured
 from shopapi.web.problems import ValidationProblem
 
 DEFAULT_PER_PAGE = 20
@@ -249,7 +250,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
     rows along with it), and `reads` names the other models it and `represent` read. `kept`:
     top-level fields that `fields` does not select away (what the request expanded)."""
     request = ListRequest(model, params)
-    secret = flask.current_app.config["CURSOR_SECRET"]
+    secret = configured().settings.hmac_secret
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
     if request.conditions:
         query = query.where(*request.conditions)

@@ -24,7 +24,7 @@ from support.receiver import Hold, Receiver, Request
 from support.redis_server import RedisServer
 
 # Every host signs and checks with the same secrets, as production's do.
-CURSOR_SECRET = "fault-suite-cursor-secret-shared-by-every-host"
+HMAC_SECRET = "fault-suite-cursor-secret-shared-by-every-host"
 # The balancer asks every 0.3 s and takes a host out after 2 failures: within the drain.
 CHECK_INTERVAL, DRAIN_SECONDS = "300ms", 2
 # A claim on an Idempotency-Key unanswered this long is taken over by a retry: longer than any
@@ -34,7 +34,7 @@ CHECK_INTERVAL, DRAIN_SECONDS = "300ms", 2
 IDEMPOTENCY_LEASE_SECONDS = 20
 # A webhook attempt's deadline: its lease is this plus 5 s, after which a dead worker's
 # delivery is sent again.
-WEBHOOK_TIMEOUT_SECONDS = 3
+DELIVERY_TIMEOUT_SECONDS = 3
 
 
 def unavailable() -> str | None:
@@ -99,9 +99,9 @@ class Layout:
             **os.environ,
             "DATABASE_URL": self.bouncers["app1"].url(self.replication.primary.url),
             "WEBHOOK_ALLOW_PRIVATE": "1",
-            "WEBHOOK_POLL_SECONDS": "0.2",
-            "WEBHOOK_RETRY_BASE_SECONDS": "0.2",
-            "WEBHOOK_TIMEOUT_SECONDS": str(WEBHOOK_TIMEOUT_SECONDS),
+            "DELIVERY_POLL_SECONDS": "0.2",
+            "DELIVERY_RETRY_BASE_SECONDS": "0.2",
+            "DELIVERY_TIMEOUT_SECONDS": str(DELIVERY_TIMEOUT_SECONDS),
             "PUSH_TRANSPORT": "none",
         }
         with log.open("ab") as output:
@@ -155,7 +155,7 @@ def production_layout(work_dir: pathlib.Path, host_count: int = 2):
 
         env = {
             "JWT_SECRET": JWT_SECRET,
-            "CURSOR_SECRET": CURSOR_SECRET,
+            "HMAC_SECRET": HMAC_SECRET,
             "RATE_LIMIT_SCALE": str(RATE_LIMIT_SCALE),
             "DRAIN_SECONDS": str(DRAIN_SECONDS),
             "IDEMPOTENCY_LEASE_SECONDS": str(IDEMPOTENCY_LEASE_SECONDS),

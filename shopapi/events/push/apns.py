@@ -28,7 +28,7 @@ class Apns:
         self._team, self._topic = settings.apns_team_id, settings.apns_topic
         tls = ssl.create_default_context(cafile=settings.apns_ca_file)
         self._client = httpx.Client(
-            http1=False, http2=True, verify=tls, timeout=settings.webhook_timeout_seconds
+            http1=False, http2=True, verify=tls, timeout=settings.delivery_timeout_seconds
         )
         self._lock = threading.Lock()
         self._token: str | None = None

@@ -71,7 +71,7 @@ class Fcm:
     def __init__(self, settings: Settings):
         key = settings.fcm_service_account
         self._url = f"{settings.fcm_base_url}/v1/projects/{key['project_id']}/messages:send"
-        self._client = httpx.Client(timeout=settings.webhook_timeout_seconds)
+        self._client = httpx.Client(timeout=settings.delivery_timeout_seconds)
         self._tokens = AccessTokens(dict(key), self._client)
 
     def send(self, device: Device, notification: PushNotification) -> Outcome:

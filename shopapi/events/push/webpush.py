@@ -55,7 +55,7 @@ class WebPush:
         self._subject = settings.vapid_subject
         self._allow_private = settings.webpush_allow_private
         self._endpoints = EndpointRule.of(settings)
-        self._timeout = settings.webhook_timeout_seconds
+        self._timeout = settings.delivery_timeout_seconds
 
     def _authorization(self, endpoint: str) -> str:
         parts = urlsplit(endpoint)
