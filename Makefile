@@ -186,11 +186,11 @@ lint: install-dev contract-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/well-known.yaml
+	$(BIN)/openapi-spec-validator spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/components.yaml spec/well-known.yaml
 	REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(CONTRACT_TOOLS)/node_modules/.bin/redocly lint \
-	  spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/well-known.yaml spec/metrics.yaml
+	  spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/components.yaml spec/well-known.yaml spec/metrics.yaml
 	$(CONTRACT_TOOLS)/node_modules/.bin/spectral lint --fail-severity=warn \
-	  spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/well-known.yaml spec/metrics.yaml
+	  spec/openapi.yaml spec/v2.yaml spec/v3.yaml spec/components.yaml spec/well-known.yaml spec/metrics.yaml
 
 # Everything `make run` and `make test` made: the virtualenv and the Node tools too.
 clean:

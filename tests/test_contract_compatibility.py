@@ -8,17 +8,16 @@ import pytest
 import yaml
 from support.contract_compatibility import (
     SNAPSHOT,
-    SOURCE,
+    SPEC_DIR,
     breaking_changes,
     served_contract,
-    served_v1_contract,
     snapshot_of,
 )
 
 
 def test_the_v1_contract_keeps_everything_the_snapshot_promised():
     snapshot = json.loads(SNAPSHOT.read_text())
-    assert breaking_changes(snapshot, served_v1_contract()) == []
+    assert breaking_changes(snapshot, served_contract(1)) == []
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
@@ -27,60 +26,73 @@ def test_each_version_keeps_everything_its_snapshot_promised(version):
     assert breaking_changes(snapshot, served_contract(version)) == []
 
 
-def _edited_copy(tmp_path, edit) -> dict:
-    """The served contract of a temporary copy of spec/openapi.yaml changed by `edit`."""
-    spec = yaml.safe_load(SOURCE.read_text())
-    edit(spec)
-    copy = tmp_path / "openapi.yaml"
-    copy.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return served_v1_contract(copy)
+def _edited_spec(tmp_path, edit):
+    """A temporary copy of spec/ changed by `edit`, which is given every file as plain YAML, by
+    name, and changes the one where what it changes is written: a component the versions share
+    in components.yaml, v1's own in openapi.yaml. Served from the copy, the change goes through
+    the app's bundler as a designer's edit would."""
+    files = {path.name: yaml.safe_load(path.read_text()) for path in SPEC_DIR.glob("*.yaml")}
+    edit(files)
+    for name, spec in files.items():
+        (tmp_path / name).write_text(yaml.safe_dump(spec, sort_keys=False))
+    return tmp_path
+
+
+def _v1(files):
+    return files["openapi.yaml"]
+
+
+def _shared(files):
+    return files["components.yaml"]
 
 
 def _schemas(spec):
     return spec["components"]["schemas"]
 
 
-def _remove_operation(spec):
-    del spec["paths"]["/products/{id}"]["delete"]
+def _remove_operation(files):
+    del _v1(files)["paths"]["/products/{id}"]["delete"]
 
 
-def _remove_response_field(spec):
-    del _schemas(spec)["ProductFields"]["properties"]["currency"]
+def _remove_response_field(files):
+    del _schemas(_v1(files))["ProductFields"]["properties"]["currency"]
 
 
-def _response_field_no_longer_required(spec):
-    _schemas(spec)["Product"]["required"].remove("currency")
+def _response_field_no_longer_required(files):
+    _schemas(_v1(files))["Product"]["required"].remove("currency")
 
 
-def _require_a_parameter(spec):
-    parameters = spec["components"]["parameters"]
-    parameters["per_page"]["required"] = True
+def _require_a_parameter(files):
+    _shared(files)["components"]["parameters"]["per_page"]["required"] = True
 
 
-def _remove_an_enum_value_clients_send(spec):
-    status = _schemas(spec)["OrderStatus"]
-    status["enum"].remove("cancelled")
+def _remove_an_enum_value_clients_send(files):
+    _schemas(_shared(files))["OrderStatus"]["enum"].remove("cancelled")
 
 
-def _restrict_a_pattern(spec):
-    _schemas(spec)["ProductFields"]["properties"]["sku"]["pattern"] = "^[A-Z]{3,32}$"
+def _remove_a_shared_response_field(files):
+    del _schemas(_shared(files))["UserFields"]["properties"]["email"]
 
 
-def _narrow_a_bound(spec):
-    _schemas(spec)["ProductFields"]["properties"]["name"]["maxLength"] = 10
+def _restrict_a_pattern(files):
+    _schemas(_v1(files))["ProductFields"]["properties"]["sku"]["pattern"] = "^[A-Z]{3,32}$"
 
 
-def _new_required_body_field(spec):
-    _schemas(spec)["ProductInput"]["required"].append("description")
+def _narrow_a_bound(files):
+    _schemas(_v1(files))["ProductFields"]["properties"]["name"]["maxLength"] = 10
 
 
-def _drop_a_request_media_type(spec):
-    body = spec["paths"]["/products/{id}"]["patch"]["requestBody"]["content"]
+def _new_required_body_field(files):
+    _schemas(_v1(files))["ProductInput"]["required"].append("description")
+
+
+def _drop_a_request_media_type(files):
+    body = _v1(files)["paths"]["/products/{id}"]["patch"]["requestBody"]["content"]
     del body["application/merge-patch+json"]
 
 
-def _remove_a_success_status(spec):
-    responses = spec["paths"]["/products"]["post"]["responses"]
+def _remove_a_success_status(files):
+    responses = _v1(files)["paths"]["/products"]["post"]["responses"]
     responses["200"] = responses.pop("201")
 
 
@@ -100,11 +112,34 @@ BREAKING = [
 
 @pytest.mark.parametrize(("edit", "expected"), BREAKING, ids=[e.__name__ for e, _ in BREAKING])
 def test_a_breaking_change_is_caught(tmp_path, edit, expected):
-    problems = breaking_changes(served_v1_contract(), _edited_copy(tmp_path, edit))
+    problems = breaking_changes(
+        served_contract(1), served_contract(1, _edited_spec(tmp_path, edit))
+    )
     assert any(expected in problem for problem in problems), problems
 
 
-def _additions(spec):
+# Changes to components the three versions share, written once in components.yaml.
+SHARED_BREAKING = [
+    (_require_a_parameter, "parameter per_page: now required"),
+    (_remove_an_enum_value_clients_send, "values cancelled no longer accepted"),
+    (_remove_a_shared_response_field, "email: removed"),
+]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("edit", "expected"), SHARED_BREAKING, ids=[e.__name__ for e, _ in SHARED_BREAKING]
+)
+def test_a_breaking_change_to_a_shared_component_is_caught_in_every_version(
+    tmp_path, edit, expected, version
+):
+    edited = served_contract(version, _edited_spec(tmp_path, edit))
+    problems = breaking_changes(served_contract(version), edited)
+    assert any(expected in problem for problem in problems), problems
+
+
+def _additions(files):
+    spec = _v1(files)
     spec["paths"]["/products/{id}/reviews"] = {
         "get": {"operationId": "list_reviews", "responses": {"200": {"description": "ok"}}}
     }
@@ -116,4 +151,5 @@ def _additions(spec):
 
 
 def test_additions_pass(tmp_path):
-    assert breaking_changes(served_v1_contract(), _edited_copy(tmp_path, _additions)) == []
+    edited = served_contract(1, _edited_spec(tmp_path, _additions))
+    assert breaking_changes(served_contract(1), edited) == []

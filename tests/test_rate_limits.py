@@ -18,13 +18,13 @@ import httpx
 import limits
 import pytest
 import redis
-import yaml
 from support.helpers import assert_problem, bearer, create_user
 from support.live import live_server, production_server
 from support.metrics_text import sample_sum
 from support.tcp_proxy import TcpProxy
 
 from app import SPEC_DIR
+from shopapi.contract import spec_files
 from shopapi.contract.operations import operations_of
 from shopapi.pipeline.attempt_limits import ATTEMPT_KINDS, AttemptGate, AttemptLimit
 from shopapi.pipeline.forwarded import TrustedProxies
@@ -47,7 +47,7 @@ def limited(app_with):
 
 
 def test_every_operation_declares_a_limit_that_parses():
-    spec = yaml.safe_load((SPEC_DIR / "openapi.yaml").read_text())
+    spec = spec_files.load(SPEC_DIR / "openapi.yaml")
     for operation in operations_of(spec):
         assert scaled(operation.rate_limit, 1).amount >= 1, operation.id
     assert scaled(spec["x-rate-limit-failed-auth"], 1).amount >= 1

@@ -23,7 +23,7 @@ def test_every_served_contract_names_this_release(anonymous, version):
     assert anonymous.get(f"/{version}/openapi.json").json()["info"]["version"] == RELEASE
 
 
-@pytest.mark.parametrize("name", ["well-known.yaml", "metrics.yaml"])
+@pytest.mark.parametrize("name", ["well-known.yaml", "metrics.yaml", "components.yaml"])
 def test_the_root_contracts_name_this_release(name):
     assert yaml.safe_load((ROOT / "spec" / name).read_text())["info"]["version"] == RELEASE
 

@@ -9,7 +9,6 @@ import datetime
 import time
 
 import pytest
-import yaml
 from jose import jwt
 from support.helpers import (
     JWT_SECRET,
@@ -26,8 +25,9 @@ from support.live import ROOT
 
 from models import ApiKey
 from models.user import SCOPES
+from shopapi.contract import spec_files
 
-SPEC = yaml.safe_load((ROOT / "spec" / "openapi.yaml").read_text())
+SPEC = spec_files.load(ROOT / "spec" / "openapi.yaml")
 
 
 def _secured_operations() -> dict[str, tuple[str, str, list[str]]]:

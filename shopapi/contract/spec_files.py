@@ -1,5 +1,6 @@
-"""Loads a spec file that takes parts from another (spec/v2.yaml from spec/openapi.yaml) as one
-self-contained document: bundled, not dereferenced. The rules: docs/contract.md."""
+"""Loads a spec file that takes parts from others (spec/components.yaml, what the versions share;
+spec/v2.yaml from spec/openapi.yaml) as one self-contained document: bundled, not dereferenced.
+The rules: docs/contract.md."""
 
 import copy
 import functools
@@ -44,7 +45,7 @@ class _Bundle:
             (kind, name) for kind, names in spec.pop(REPLACES, {}).items() for name in names
         }
         self.components = spec.setdefault("components", {})
-        # This spec's components that are another file's (`Problem: {$ref: 'openapi.yaml#/...'}`).
+        # This spec's components that are another file's (`Problem: {$ref: 'components.yaml#…'}`).
         for kind in list(self.components):
             for name, entry in list(self.components[kind].items()):
                 if _is_external(entry):
@@ -102,7 +103,7 @@ class _Bundle:
             return local
         content = self._walk(self._target(file, pointer), file)
         if content == local:
-            # A component that is another file's of the same name (v2's `page` is openapi.yaml's,
+            # A component that is another file's of the same name (v2's `page` is components.yaml's,
             # which v3 takes through v2): the one already brought in.
             return local
         entries = self.components.setdefault(kind, {})

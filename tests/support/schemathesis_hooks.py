@@ -7,8 +7,9 @@ import uuid
 
 import jsonschema
 import schemathesis
-import yaml
 from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario
+
+from shopapi.contract import spec_files
 
 # A cursor is valid only as the API issued it (signed, bound to its filters and sort), so every
 # generated one is a documented 400 that no schema can express — and so is one next to `page`.
@@ -24,9 +25,8 @@ _PROTECTED = {
 }
 _ELSEWHERE = 2_000_000_000
 
-_CONTRACT = yaml.safe_load(
-    (pathlib.Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml").read_text()
-)
+# Bundled: the components it reads are written in spec/components.yaml.
+_CONTRACT = spec_files.load(pathlib.Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml")
 
 # An Idempotency-Key binds to its first request for a day. The generators favour short values
 # ("0", "00"), so a generated key comes back with another body (a documented 422 no schema can
