@@ -225,6 +225,7 @@ def main() -> int:
         finally:
             server.stop()
     results["load_after"] = machine_load()
+    results["goal"] = goal(results["minutes"])
     name = "soak-heap" if HEAP else "soak"
     load.RESULTS.mkdir(parents=True, exist_ok=True)
     (load.RESULTS / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -235,6 +236,34 @@ def main() -> int:
     if errors:
         print(f"FAILED: {errors} requests failed (see soak.json)", file=sys.stderr)
     return 1 if errors else 0
+
+
+# The soak's goal: over the last half, each worker's resident memory grows by at most 1 MiB, and
+# the last five minutes' p99 is at most 1.5x the first five's.
+WORKER_GROWTH_LIMIT_MIB, P99_RATIO_LIMIT, WINDOW_MINUTES = 1.0, 1.5, 5
+
+
+def goal(minutes: list[dict]) -> dict:
+    """The goal's two readings. A window's p99 is the median of its minutes' p99s (wrk gives
+    each minute's distribution, not the window's), so one minute's hiccup does not decide it."""
+    half = minutes[len(minutes) // 2 - 1] if len(minutes) > 1 else minutes[0]
+    last = minutes[-1]
+    growth = [
+        (after - before) / 2**20
+        for before, after in zip(half["worker_rss_bytes"], last["worker_rss_bytes"], strict=False)
+    ]
+    first_p99 = statistics.median(m["latency_ms"]["p99"] for m in minutes[:WINDOW_MINUTES])
+    last_p99 = statistics.median(m["latency_ms"]["p99"] for m in minutes[-WINDOW_MINUTES:])
+    worst = max(growth, default=0.0)
+    return {
+        "from_minute": half["minute"],
+        "worker_rss_growth_mib": growth,
+        "worker_rss_growth_met": worst <= WORKER_GROWTH_LIMIT_MIB,
+        "first_p99_ms": first_p99,
+        "last_p99_ms": last_p99,
+        "p99_ratio": last_p99 / first_p99,
+        "p99_ratio_met": last_p99 / first_p99 <= P99_RATIO_LIMIT,
+    }
 
 
 def markdown(results: dict) -> str:
@@ -294,6 +323,20 @@ def markdown(results: dict) -> str:
         f"- Errors: {sum(line['errors'] for line in minutes)}, of which {answered_errors}"
         " answered with an error status; the rest are wrk's (a socket error, or no answer "
         "within its 2 s timeout).",
+        "",
+    ]
+    met = results["goal"]
+    lines += [
+        "| goal | measured | target | |",
+        "|---|---|---|---|",
+        f"| each worker's RSS growth, minute {met['from_minute']} → {last['minute']} | "
+        + ", ".join(f"{mib:+.2f}" for mib in met["worker_rss_growth_mib"])
+        + f" MiB | ≤ {WORKER_GROWTH_LIMIT_MIB:g} MiB | "
+        f"{'met' if met['worker_rss_growth_met'] else '**missed**'} |",
+        f"| p99, last {WINDOW_MINUTES} minutes / first {WINDOW_MINUTES} (median of the minutes' "
+        f"p99s) | {met['last_p99_ms']:.1f} / {met['first_p99_ms']:.1f} ms = "
+        f"{met['p99_ratio']:.2f}x | ≤ {P99_RATIO_LIMIT:g}x | "
+        f"{'met' if met['p99_ratio_met'] else '**missed**'} |",
         "",
     ]
     if results.get("heap_growth"):
