@@ -4,7 +4,7 @@ from typing import ClassVar
 import peewee
 
 from models.base import BaseModel
-from models.db import database, is_postgresql
+from models.db import database
 from models.errors import Conflict, InvalidReference, TransitionNotAllowed
 from models.fields import utc_now
 from models.product import Product
@@ -43,13 +43,7 @@ class Order(BaseModel):
             if not User.select().where(User.id == user_id).exists():
                 raise InvalidReference("/user_id", f"There is no user {user_id}.")
             wanted = [item["product_id"] for item in items]
-            # Locked as read (PostgreSQL; on SQLite the transaction holds the write lock), in
-            # one global order (by product id) so two orders for the same products cannot
-            # deadlock each other: the stock taken below is then exactly these rows' doing.
-            products = Product.select().where(Product.id.in_(wanted)).order_by(Product.id)
-            if is_postgresql():
-                products = products.for_update()
-            products = {p.id: p for p in products}
+            products = {p.id: p for p in Product.select().where(Product.id.in_(wanted))}
             for index, item in enumerate(items):
                 product = products.get(item["product_id"])
                 where = f"/items/{index}/product_id"
@@ -60,6 +54,8 @@ class Order(BaseModel):
             currencies = {p.currency for p in products.values()}
             if len(currencies) > 1:
                 raise InvalidReference("/items", "All items of an order must share one currency.")
+            # Lock rows in one global order (by product id) so two orders for the same
+            # products cannot deadlock each other.
             for item in sorted(items, key=lambda item: item["product_id"]):
                 products[item["product_id"]].take_stock(item["quantity"])
             total = sum(products[i["product_id"]].price_cents * i["quantity"] for i in items)

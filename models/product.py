@@ -54,17 +54,23 @@ class Product(BaseModel):
 
     def take_stock(self, quantity: int) -> None:
         """Decrement stock only if enough is left, in one statement: the row lock the UPDATE
-        takes makes concurrent orders queue, so stock is never oversold. The row, read locked
-        in this transaction, is kept as written (what the low-stock check and its event show)."""
+        takes makes concurrent orders queue, so stock is never oversold. This row is then the
+        row as taken (what the low-stock check and its event show): on PostgreSQL as the UPDATE
+        returns it; on SQLite the transaction has held the write lock since the row was read."""
         cls, now = type(self), utc_now()
-        taken = (
-            cls.update(stock=cls.stock - quantity, updated_at=now)
-            .where((cls.id == self.id) & (cls.stock >= quantity))
-            .execute()
+        taken = cls.update(stock=cls.stock - quantity, updated_at=now).where(
+            (cls.id == self.id) & (cls.stock >= quantity)
         )
-        if not taken:
+        if is_postgresql():
+            written = next(iter(taken.returning(*cls._meta.sorted_fields).execute()), None)
+            if written is not None:
+                self.__data__.update(written.__data__)
+        else:
+            written = taken.execute()
+            if written:
+                self.stock, self.updated_at = self.stock - quantity, now
+        if not written:
             raise OutOfStock(f"product {self.id} has fewer than {quantity} in stock")
-        self.stock, self.updated_at = self.stock - quantity, now
 
     @classmethod
     def return_stock(cls, product_id: int, quantity: int) -> None:
