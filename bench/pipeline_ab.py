@@ -21,7 +21,15 @@ URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432
 ROUNDS = int(os.environ.get("AB_ROUNDS", 9))
 REQUESTS_PER_ROUND, WARM_UP = 400, 200
 INSTRUCTION_MIXES = 25  # callgrind runs the app about fifty times slower
-MIX = "a list of 20 sorted, a product, a filtered list, an order placed with an Idempotency-Key"
+MIXED = {
+    "list": "a list of 20 sorted",
+    "product": "a product",
+    "filtered": "a filtered list",
+    "order": "an order placed with an Idempotency-Key",
+}
+# AB_REQUESTS=list or AB_REQUESTS=order: the mix is only those requests (the child reads it too).
+PER_MIX = os.environ.get("AB_REQUESTS", ",".join(MIXED)).split(",")
+MIX = ", ".join(MIXED[name] for name in PER_MIX)
 RESULTS = ROOT / "bench" / "results"
 
 # Run inside each tree (its own modules on sys.path): builds the app on its own database, then
@@ -91,13 +99,34 @@ async def call(method, path, query=b"", headers=(), body=b""):
 JSON = [(b"content-type", b"application/json")]
 
 
-async def mix():
+async def sorted_list():
     assert await call("GET", "/v1/products", b"per_page=20&sort=-price_cents") == 200
+
+
+async def product():
     assert await call("GET", "/v1/products/7") == 200
+
+
+async def filtered_list():
     assert await call("GET", "/v1/products", b"category=books&price_cents[gte]=500") == 200
+
+
+async def keyed_order():
     order = json.dumps({"user_id": 1, "items": [{"product_id": 3, "quantity": 1}]}).encode()
     key = [(b"idempotency-key", f"bench-{next(keys)}".encode())]
     assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
+
+
+# The requests of a mix: AB_REQUESTS names some of them (`list,order`), else all four.
+REQUESTS = {
+    "list": sorted_list, "product": product, "filtered": filtered_list, "order": keyed_order
+}
+chosen = [REQUESTS[name] for name in os.environ.get("AB_REQUESTS", ",".join(REQUESTS)).split(",")]
+
+
+async def mix():
+    for request in chosen:
+        await request()
 
 
 def callgrind_counts(state):
@@ -178,7 +207,7 @@ def cpu_ms_per_request(process: subprocess.Popen, mixes: int) -> float:
     process.stdin.write(f"run {mixes}\n")
     process.stdin.flush()
     answer = json.loads(process.results.readline())
-    return answer["cpu_seconds"] * 1000 / (mixes * 4)
+    return answer["cpu_seconds"] * 1000 / (mixes * len(PER_MIX))
 
 
 def instructions_per_request(tree: pathlib.Path, database: str, scratch: pathlib.Path) -> float:
@@ -186,14 +215,14 @@ def instructions_per_request(tree: pathlib.Path, database: str, scratch: pathlib
     callgrind (every thread, the app's own process only), after the same warm-up."""
     out = scratch / f"callgrind.{tree.name}"
     process = start(tree, database, callgrind_out=out)
-    cpu_ms_per_request(process, WARM_UP // 4)
+    cpu_ms_per_request(process, WARM_UP // len(PER_MIX))
     process.stdin.write(f"count {INSTRUCTION_MIXES}\n")
     process.stdin.flush()
     process.results.readline()
     process.stdin.close()
     process.wait(timeout=600)
     totals = next(line for line in out.read_text().splitlines() if line.startswith("totals:"))
-    return int(totals.split()[1]) / (INSTRUCTION_MIXES * 4)
+    return int(totals.split()[1]) / (INSTRUCTION_MIXES * len(PER_MIX))
 
 
 def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> list[str]:
@@ -201,10 +230,10 @@ def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> li
     costs = {name: [] for name in servers}
     try:
         for process in servers.values():
-            cpu_ms_per_request(process, WARM_UP // 4)
+            cpu_ms_per_request(process, WARM_UP // len(PER_MIX))
         for _ in range(ROUNDS):
             for name, process in servers.items():
-                costs[name].append(cpu_ms_per_request(process, REQUESTS_PER_ROUND // 4))
+                costs[name].append(cpu_ms_per_request(process, REQUESTS_PER_ROUND // len(PER_MIX)))
     finally:
         for process in servers.values():
             process.stdin.close()
@@ -240,7 +269,8 @@ def compare_instructions(
     return [
         "# Instructions per request, this tree against a base revision (bench/pipeline_ab.py)",
         "",
-        f"The mix ({MIX}), {INSTRUCTION_MIXES * 4} requests per tree after {WARM_UP} of warm-up, "
+        f"The mix ({MIX}), {INSTRUCTION_MIXES * len(PER_MIX)} requests per tree after "
+        f"{WARM_UP} of warm-up, "
         "through each app's whole ASGI pipeline on PostgreSQL, counted by callgrind in the app's "
         "process (every thread; the database's are not in it). Steadier than CPU time on a "
         "shared machine, for small differences.",
@@ -253,6 +283,16 @@ def compare_instructions(
     ]
 
 
+def _short(revision: str) -> str:
+    return subprocess.run(  # noqa: S603
+        ["git", "rev-parse", "--short", revision],  # noqa: S607
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the revision to compare against")
@@ -261,19 +301,19 @@ def main() -> int:
         action="store_true",
         help="count instructions with callgrind (Debian's valgrind) instead of timing CPU",
     )
+    parser.add_argument(
+        "--head", help="a revision to compare instead of this tree (the work tree as it is)"
+    )
+    parser.add_argument("--out", help="the result's file name in bench/results/")
     args = parser.parse_args()
-    base_name = subprocess.run(  # noqa: S603
-        ["git", "rev-parse", "--short", args.base],  # noqa: S607
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    base_name = _short(args.base)
+    head_name = f"head ({_short(args.head)})" if args.head else "this tree"
     with tempfile.TemporaryDirectory(prefix="shopapi-ab-") as temp:
         scratch = pathlib.Path(temp)
         base_tree = tree_of(args.base, scratch / "base")
-        trees = {f"base ({base_name})": base_tree, "this tree": ROOT}
-        databases = {f"base ({base_name})": URL + "_base", "this tree": URL + "_head"}
+        head_tree = tree_of(args.head, scratch / "head") if args.head else ROOT
+        trees = {f"base ({base_name})": base_tree, head_name: head_tree}
+        databases = {f"base ({base_name})": URL + "_base", head_name: URL + "_head"}
         if args.instructions:
             lines, result = (
                 compare_instructions(trees, databases, scratch),
@@ -283,7 +323,7 @@ def main() -> int:
             lines, result = compare_cpu(trees, databases), "pipeline-ab.md"
     report = "\n".join(lines) + "\n"
     print(report)
-    (RESULTS / result).write_text(report)
+    (RESULTS / (args.out or result)).write_text(report)
     return 0
 
 

@@ -140,15 +140,16 @@ def list_user_orders(id, **params):
     )
 
 
-def _record_low_stock(items: list[dict]) -> None:
-    """product.low_stock for each product whose stock these items, just taken, brought below
-    the threshold."""
+def _record_low_stock(order: Order, items: list[dict]) -> None:
+    """product.low_stock for each product whose stock these items, just taken by placing
+    `order`, brought below the threshold: the products as the order left them, by id."""
     taken = collections.Counter()
     for item in items:
         taken[item["product_id"]] += item["quantity"]
     threshold = configured().settings.low_stock_threshold
-    for product in Product.fallen_below(threshold, taken):
-        outbox.record("product.low_stock", product, represent_product)
+    for product in order.products_taken:
+        if product.fell_below(threshold, product.stock + taken[product.id]):
+            outbox.record("product.low_stock", product, represent_product)
 
 
 def create_order(body):
@@ -157,7 +158,7 @@ def create_order(body):
     with database.atomic():
         order = Order.place(body["user_id"], body["items"], body.get("note"))
         outbox.record("order.created", order, represent, owner_id=order.user_id)
-        _record_low_stock(body["items"])
+        _record_low_stock(order, body["items"])
     return created(represent(order), order.id)
 
 

@@ -57,7 +57,7 @@ class Order(BaseModel):
             # Lock rows in one global order (by product id) so two orders for the same
             # products cannot deadlock each other.
             for item in sorted(items, key=lambda item: item["product_id"]):
-                Product.take_stock(item["product_id"], item["quantity"])
+                products[item["product_id"]].take_stock(item["quantity"])
             total = sum(products[i["product_id"]].price_cents * i["quantity"] for i in items)
             order = cls.create(
                 user=user_id,
@@ -77,6 +77,8 @@ class Order(BaseModel):
             OrderItem.insert_many(rows).execute()
         # The items as written, in their order: showing the new order needs no query for them.
         order.items = [OrderItem(**row) for row in rows]
+        # The products as their stock was taken, by id: the low-stock check reads no more.
+        order.products_taken = [products[i] for i in sorted(products)]
         return order
 
     @staticmethod

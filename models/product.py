@@ -52,17 +52,25 @@ class Product(BaseModel):
             query = query.for_update()
         return {product.sku: product for product in query}
 
-    @classmethod
-    def take_stock(cls, product_id: int, quantity: int) -> None:
+    def take_stock(self, quantity: int) -> None:
         """Decrement stock only if enough is left, in one statement: the row lock the UPDATE
-        takes makes concurrent orders queue, so stock is never oversold."""
-        taken = (
-            cls.update(stock=cls.stock - quantity, updated_at=utc_now())
-            .where((cls.id == product_id) & (cls.stock >= quantity))
-            .execute()
+        takes makes concurrent orders queue, so stock is never oversold. This row is then the
+        row as taken (what the low-stock check and its event show): on PostgreSQL as the UPDATE
+        returns it; on SQLite the transaction has held the write lock since the row was read."""
+        cls, now = type(self), utc_now()
+        taken = cls.update(stock=cls.stock - quantity, updated_at=now).where(
+            (cls.id == self.id) & (cls.stock >= quantity)
         )
-        if not taken:
-            raise OutOfStock(f"product {product_id} has fewer than {quantity} in stock")
+        if is_postgresql():
+            written = next(iter(taken.returning(*cls._meta.sorted_fields).execute()), None)
+            if written is not None:
+                self.__data__.update(written.__data__)
+        else:
+            written = taken.execute()
+            if written:
+                self.stock, self.updated_at = self.stock - quantity, now
+        if not written:
+            raise OutOfStock(f"product {self.id} has fewer than {quantity} in stock")
 
     @classmethod
     def return_stock(cls, product_id: int, quantity: int) -> None:
@@ -77,13 +85,6 @@ class Product(BaseModel):
         """Did the change from `stock_before` take this product's stock below the low-stock
         `threshold`? (Once: stock that was already below does not fall again.)"""
         return self.stock < threshold <= stock_before
-
-    @classmethod
-    def fallen_below(cls, threshold: int, taken: dict[int, int]) -> list["Product"]:
-        """The products whose stock `taken` ({product id: quantity}), just taken, brought below
-        `threshold`; by id. Their rows are locked by the taking, so their stock is its doing."""
-        products = cls.select().where(cls.id.in_(list(taken))).order_by(cls.id)
-        return [p for p in products if p.fell_below(threshold, p.stock + taken[p.id])]
 
     def delete_unreferenced(self) -> None:
         # Orders keep their items' products: a product that was ever ordered stays (it can be

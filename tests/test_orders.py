@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 from support.helpers import assert_problem, create_product, create_user, place_order
 
@@ -149,3 +151,27 @@ def test_an_ordered_product_cannot_be_deleted(client):
     place_order(client, user, (product, 1))
     body = assert_problem(client.delete(f"/v1/products/{product['id']}"), 409)
     assert "active" in body["detail"]
+
+
+def _product_reads(caplog, action) -> int:
+    """How many SELECTs of the product table `action` ran, as Peewee logs each statement."""
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        action()
+    statements = [str(r.msg[0]) for r in caplog.records if r.name == "peewee"]
+    return sum(1 for sql in statements if sql.startswith("SELECT") and 'FROM "product"' in sql)
+
+
+def test_an_order_reads_its_products_once_low_stock_included(client, caplog):
+    # The low-stock check uses the rows the order read (and locked) to take their stock.
+    user = create_user(client)
+    mug, tee = create_product(client, stock=6), create_product(client, stock=50)
+
+    def place():
+        assert place_order(client, user, (mug, 4), (tee, 1)).status_code == 201
+
+    assert _product_reads(caplog, place) == 1
+    low = client.get("/v1/events", params={"type": "product.low_stock"}).json()["data"]
+    assert [(e["resource_id"], e["data"]["stock"]) for e in low] == [(mug["id"], 2)]
+    shown = client.get(f"/v1/products/{mug['id']}").json()
+    assert low[0]["data"] == shown

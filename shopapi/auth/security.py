@@ -98,7 +98,12 @@ class Principal(Viewer):
 
 
 def current_principal() -> Principal:
-    return Principal.of(connexion.context.context["token_info"])
+    """The request's caller, built once and kept in its scope's `state` for the rest of it."""
+    state = connexion.context.scope["state"]
+    principal = state.get("principal")
+    if principal is None:
+        principal = state["principal"] = Principal.of(connexion.context.context["token_info"])
+    return principal
 
 
 REVOKED = (

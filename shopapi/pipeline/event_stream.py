@@ -21,7 +21,7 @@ from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.telemetry import metrics
 from shopapi.web.jsonifier import OPTIONS
-from shopapi.web.representations import version_of_path
+from shopapi.web.representations import version_of
 
 log = logging.getLogger("shopapi.events.stream")
 
@@ -116,7 +116,7 @@ class _Stream:
         self.send = send
         self.principal = principal
         self.subscription = subscription
-        self.version = version_of_path(scope["path"])
+        self.version = version_of(scope)
 
     async def run(
         self, layer: EventStreamMiddleware, start: int, catch_up_to, receive, deadline: float

@@ -1,6 +1,7 @@
 """The facts about a request that several layers need, found once and kept in its scope's
 `state` (one dict shared by every layer, inside and outside the router): the operation it was
-routed to, and the caller that the limits and Idempotency-Key count it against."""
+routed to and its path parameters, and the caller that the limits and Idempotency-Key count
+it against."""
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -17,7 +18,10 @@ class RoutedOperationMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope["state"]["operation"] = self.operations.get(*connexion_internals.routed_to(scope))
+            state = scope["state"]
+            state["operation"] = self.operations.get(*connexion_internals.routed_to(scope))
+            # The path's parameters as the router matched them (a successor `Link` fills them in).
+            state["path_parameters"] = scope.get("path_params", {})
         await self.app(scope, receive, send)
 
 

@@ -9,7 +9,7 @@ import re
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shopapi.contract.operations import Operation, route_pattern
+from shopapi.contract.operations import Operation
 from shopapi.pipeline.request_facts import operation_of
 
 
@@ -57,14 +57,14 @@ def _headers(scope: Scope):
         yield "Vary", "Accept"
     operation = operation_of(scope)
     if operation is not None and operation.deprecation:
-        yield from deprecation_headers(operation, scope["path"])
+        yield from deprecation_headers(operation, state.get("path_parameters", {}))
 
 
 def _midnight(day: datetime.date) -> datetime.datetime:
     return datetime.datetime.combine(day, datetime.time(), tzinfo=datetime.UTC)
 
 
-def deprecation_headers(operation: Operation, path: str):
+def deprecation_headers(operation: Operation, parameters: dict):
     """What a deprecated operation's contract says (`deprecated`, `x-deprecated-at`, `x-sunset`,
     `x-successor`), as RFC 9745's `Deprecation`, RFC 8594's `Sunset` and a successor `Link`
     with the request's path parameters filled in."""
@@ -73,10 +73,7 @@ def deprecation_headers(operation: Operation, path: str):
     if deprecation.sunset:
         yield "Sunset", email.utils.format_datetime(_midnight(deprecation.sunset), usegmt=True)
     if deprecation.successor:
-        # Connexion keeps the path parameters in a scope of its own; the route template has them.
-        match = route_pattern(operation.route).fullmatch(path)
-        parameters = match.groupdict() if match else {}
         successor = re.sub(
-            r"\{(\w+)\}", lambda m: parameters.get(m[1], m[0]), deprecation.successor
+            r"\{(\w+)\}", lambda m: str(parameters.get(m[1], m[0])), deprecation.successor
         )
         yield "Link", f'<{operation.base_path}{successor}>; rel="successor-version"'

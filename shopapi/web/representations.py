@@ -3,7 +3,7 @@ gives v1's representation; `versioned` turns it into the request's version's. Mo
 
 import functools
 
-import flask
+import connexion
 
 from shopapi.web import money
 from shopapi.web.problems import ValidationProblem
@@ -12,15 +12,15 @@ _MINOR_UNITS = "_cents"
 
 
 def current_version() -> int:
-    """The version this request is served in: its path's first segment (`/v2/...`). An
-    unversioned path has been given one from `Accept` before routing
-    (shopapi/pipeline/versions.py)."""
-    return version_of_path(flask.request.path)
+    """The version this request is served in, as found once before routing, from its path
+    (`/v2/...`) or its `Accept` (shopapi/pipeline/versions.py)."""
+    return version_of(connexion.context.scope)
 
 
-def version_of_path(path: str) -> int:
-    """The version a versioned path (`/v2/...`) names."""
-    return int(path.split("/", 2)[1].removeprefix("v"))
+def version_of(scope) -> int:
+    """The version a request of the versioned API is answered in, which the version layer
+    noted in its scope's `state` (a handler runs only for a served one)."""
+    return int(scope["state"]["api_version"])
 
 
 def _money_shown(fields: dict, currency: str | None = None) -> dict:
