@@ -62,9 +62,10 @@ class Product(BaseModel):
             (cls.id == self.id) & (cls.stock >= quantity)
         )
         if is_postgresql():
-            written = next(iter(taken.returning(*cls._meta.sorted_fields).execute()), None)
-            if written is not None:
-                self.__data__.update(written.__data__)
+            returned = taken.returning(*cls._meta.sorted_fields).dicts().execute()
+            written = next(iter(returned), None)
+            for name, value in (written or {}).items():
+                setattr(self, name, value)
         else:
             written = taken.execute()
             if written:
