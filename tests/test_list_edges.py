@@ -1,11 +1,14 @@
 """The list language's rules, one example each, and its refusals."""
 
+import logging
+import re
 from urllib.parse import quote
 
 import pytest
 from support.contract_walk import operations
 from support.helpers import assert_problem, create_product, create_user, place_order
 
+from models.db import database, is_postgresql
 from shopapi.contract.list_language import TEXT_FILTER_MAX_LENGTH, filterable, listed_properties
 
 
@@ -287,3 +290,34 @@ def test_a_text_filter_value_is_at_most_as_long_as_the_field(client):
             assert response.status_code == 200, (op, name, response.text)
             checked += 1
     assert checked > 30  # the text fields of every list
+
+
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_a_sort_by_price_amount_is_read_in_order_from_an_index(client, caplog, version):
+    """v2's and v3's sort by `price.amount` (an amount computed in SQL, comparable across
+    currencies) is served by an index on PostgreSQL, as v1's by `price_cents` is: with sorting
+    forbidden to the planner, the page's query still reads the amount's order from the index
+    (at most the ties are put in `id` order: an incremental sort). Without the index, every
+    matching product's amount was computed and sorted for each page."""
+    if not is_postgresql():
+        pytest.skip("SQLite matches an index's expression only against the same literal text")
+    for cents, currency in [(1000, "EUR"), (500, "JPY"), (2500, "BHD")]:
+        create_product(client, price_cents=cents, currency=currency, category="books")
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        path = f"/{version}/products?category=books&sort=-price.amount&per_page=2"
+        assert client.get(path).status_code == 200
+    sorted_by_amount = [
+        record.msg
+        for record in caplog.records
+        if record.name == "peewee"
+        and isinstance(record.msg, tuple)
+        and record.msg[0].startswith("SELECT")
+        and "ORDER BY (" in record.msg[0]
+    ]
+    assert sorted_by_amount, "the list's query was not seen"
+    sql, params = sorted_by_amount[-1]
+    with database.connection_context(), database.atomic():
+        database.execute_sql("SET LOCAL enable_sort = off")
+        plan = "\n".join(row[0] for row in database.execute_sql(f"EXPLAIN {sql}", params))
+    assert "product_price_amount_id" in plan, plan
+    assert not re.search(r"(?<!Incremental )Sort  \(", plan), plan

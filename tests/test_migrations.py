@@ -25,6 +25,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0010_login_revocation",
         "m0011_push_leases",
         "m0012_table_versions",
+        "m0013_price_amount_index",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -61,6 +62,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0010_login_revocation",),
             ("m0011_push_leases",),
             ("m0012_table_versions",),
+            ("m0013_price_amount_index",),
         ]
 
 

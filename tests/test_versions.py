@@ -10,8 +10,8 @@ import pytest
 from support.contract_walk import follow_ref
 from support.helpers import assert_problem, bearer, create_product, create_user, place_order
 
+from models.money import MAX_MINOR_UNITS, amount, exponent
 from shopapi.settings import ConfigurationError
-from shopapi.web.money import MAX_MINOR_UNITS, amount, exponent
 
 V2 = {"Accept": "application/vnd.shopapi.v2+json"}
 

@@ -12,10 +12,10 @@ from urllib.parse import urlencode
 import flask
 import peewee
 
-from models import table_versions
+from models import money, table_versions
 from shopapi.auth.security import current_principal
 from shopapi.internals import connexion as connexion_internals
-from shopapi.web import counts, cursors, etags, money, representations
+from shopapi.web import counts, cursors, etags, representations
 from shopapi.web.configured import configured
 from shopapi.web.problems import ValidationProblem
 
@@ -31,7 +31,7 @@ def _bad(parameter: str, detail: str) -> ValidationProblem:
 @dataclasses.dataclass(frozen=True)
 class Amount:
     """A money amount as v2 filters and sorts it: computed from the minor units and the
-    currency (shopapi/web/money.py), selected under `alias` when a cursor needs its value."""
+    currency (models/money.py), selected under `alias` when a cursor needs its value."""
 
     expression: peewee.Node
     alias: str

@@ -5,7 +5,7 @@ import functools
 
 import connexion
 
-from shopapi.web import money
+from models import money
 from shopapi.web.problems import ValidationProblem
 
 _MINOR_UNITS = "_cents"

@@ -1,5 +1,6 @@
-"""Money as API v2 shows it (`{"amount": "12.50", "currency": "EUR"}`), stored as an integer count
-of the currency's minor units (ISO 4217 exponents). More: docs/web.md."""
+"""Money: an integer count of the currency's minor units (ISO 4217 exponents), shown by API v2
+and v3 as `{"amount": "12.50", "currency": "EUR"}`, and compared across currencies in SQL. More:
+docs/web.md."""
 
 import decimal
 
