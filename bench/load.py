@@ -825,7 +825,7 @@ MIX_PARTS, BASELINE_PARTS = ("app", "primary", "replica", "pgbouncer"), ("app", 
 
 
 def goals(results: dict) -> list[dict]:
-    """Issue 32's goals, each measured in this run: its number, what, the value, the target (the
+    """The capacity goals, each measured in this run: its number, what, the value, the target (the
     most the value may be), met, and the measurement in words."""
     listed, conditional = results["list"], results["conditional"]
     baseline, floor, shop = listed["baseline"], listed["floor"], listed["shopapi"]
@@ -842,7 +842,7 @@ def goals(results: dict) -> list[dict]:
         # A ratio (x) unless a count, whose target is 0.
         return {"goal": number, "what": what, "value": value, "target": target,
                 "unit": "x" if target else "", "met": value <= target,
-                "measured": measured or f"{value:.2f}x"}  # fmt: skip
+                "measured": measured or f"{value:.3g}x"}  # fmt: skip
 
     return [
         goal("1", "v1 list: shopapi's app CPU per request / the floor's list",
@@ -897,7 +897,7 @@ def goals_report(results: dict) -> list[str]:
     )  # fmt: skip
     load = results["load_average"]
     return [
-        "Issue 32's goals, all measured in this one run, on the same primary and standby, "
+        "The capacity goals, all measured in this one run, on the same primary and standby, "
         "against the plain Flask + Peewee baseline's list and the stack's floor (the same "
         "list function on a bare Connexion FlaskApp, served as shopapi is):",
         "",
