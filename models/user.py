@@ -150,17 +150,14 @@ class CredentialsChange:
         self.by_the_user = by_the_user
         current = changes.get("current_password")
         new = changes.get("password")
-        self._proof = NOT_CHECKED
-        if by_the_user and current is not None and (new is not None or "email" in changes):
-            self._proof = PasswordCheck.of(User.get_or_none(User.id == user_id), current)
+        proves = by_the_user and current is not None and (new is not None or "email" in changes)
+        # The user as stored before the lock, read once for both checks.
+        stored = User.get_or_none(User.id == user_id) if proves or new is not None else None
+        self._proof = PasswordCheck.of(stored, current) if proves else NOT_CHECKED
         self._restated = NOT_CHECKED
         if new is not None:
-            same = current is not None and hmac.compare_digest(new.encode(), current.encode())
-            self._restated = (
-                self._proof
-                if same and self._proof is not NOT_CHECKED
-                else PasswordCheck.of(User.get_or_none(User.id == user_id), new)
-            )
+            same = proves and hmac.compare_digest(new.encode(), current.encode())
+            self._restated = self._proof if same else PasswordCheck.of(stored, new)
         self._new_hash = (
             hash_password(new) if new is not None and not self._restated.matches else None
         )
