@@ -23,6 +23,7 @@ REQUESTS_PER_ROUND, WARM_UP = 400, 200
 INSTRUCTION_MIXES = 25  # callgrind runs the app about fifty times slower
 MIXED = {
     "list": "a list of 20 sorted",
+    "list_v3": "v3's list of 20 sorted by price.amount",
     "product": "a product",
     "filtered": "a filtered list",
     "order": "an order placed with an Idempotency-Key",
@@ -103,6 +104,10 @@ async def sorted_list():
     assert await call("GET", "/v1/products", b"per_page=20&sort=-price_cents") == 200
 
 
+async def sorted_list_v3():
+    assert await call("GET", "/v3/products", b"per_page=20&sort=-price.amount") == 200
+
+
 async def product():
     assert await call("GET", "/v1/products/7") == 200
 
@@ -117,9 +122,10 @@ async def keyed_order():
     assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
 
 
-# The requests of a mix: AB_REQUESTS names some of them (`list,order`), else all four.
+# The requests of a mix: AB_REQUESTS names some of them (`list,order`), else all five.
 REQUESTS = {
-    "list": sorted_list, "product": product, "filtered": filtered_list, "order": keyed_order
+    "list": sorted_list, "list_v3": sorted_list_v3, "product": product,
+    "filtered": filtered_list, "order": keyed_order,
 }
 chosen = [REQUESTS[name] for name in os.environ.get("AB_REQUESTS", ",".join(REQUESTS)).split(",")]
 

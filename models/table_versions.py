@@ -31,9 +31,8 @@ VERSIONED = frozenset(
 _TABLE = re.compile(r'\b(?:FROM|JOIN)\s+"(\w+)"')
 
 
-def tables_read_by(query: peewee.Query) -> frozenset[str]:
-    """The tables `query` reads, subqueries included."""
-    sql, _ = query.sql()
+def tables_read_by(sql: str) -> frozenset[str]:
+    """The tables a query's `sql` reads, subqueries included."""
     return frozenset(_TABLE.findall(sql))
 
 

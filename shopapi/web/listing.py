@@ -234,7 +234,7 @@ def _unchanged_since(ordered, fetch, reads, asked_count) -> tuple[frozenset, str
     and the page's weak ETag, which those versions, the page's query, the request and the
     caller's visibility decide before anything else is read."""
     sql, params = ordered.sql()
-    tables = table_versions.tables_read_by(ordered) | {m._meta.table_name for m in reads}
+    tables = table_versions.tables_read_by(sql) | {m._meta.table_name for m in reads}
     if (fetch is not list and not reads) or not table_versions.versioned(tables):
         return tables, None, None  # what the page reads is not all known: its body is hashed
     versions = table_versions.versions_of(tables)
