@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from models.db import database
+from shopapi.web import counts
 from tests.support.helpers import bearer, bearer_for, create_product, create_user, place_order
 from tests.support.live import live_server
 
@@ -32,6 +33,12 @@ def statements():
         yield seen
     finally:
         del db.execute_sql
+
+
+@pytest.fixture(autouse=True)
+def every_count_remembered(monkeypatch):
+    """These lists are a few rows long: remembered all the same, to test the remembering."""
+    monkeypatch.setattr(counts, "REMEMBERED_FROM", 0)
 
 
 def _total(client, url: str) -> int:
@@ -66,6 +73,26 @@ def test_a_remembered_count_is_not_counted_again_until_the_table_changes(client)
     with statements() as seen:
         assert _total(client, "/v1/products?category=tea&per_page=1") == 4
     assert [sql for sql in seen if "COUNT(" in sql.upper()], seen
+
+
+def test_a_short_count_is_counted_each_time_and_not_remembered(client, monkeypatch):
+    """A customer's orders are one short list each: remembering them grew every worker's heap
+    by one entry per customer, for almost no second use."""
+    monkeypatch.setattr(counts, "REMEMBERED_FROM", 3)
+    monkeypatch.setattr(counts, "remembered", counts._Remembered())
+    for _ in range(2):
+        create_product(client, category="tea")
+    for _ in range(2):
+        with statements() as seen:
+            assert _total(client, "/v1/products?category=tea&per_page=1") == 2
+        assert [sql for sql in seen if "COUNT(" in sql.upper()], seen
+    assert len(counts.remembered) == 0
+    create_product(client, category="tea")  # three: long enough to remember
+    assert _total(client, "/v1/products?category=tea&per_page=1") == 3
+    with statements() as seen:
+        assert _total(client, "/v1/products?category=tea&per_page=1") == 3
+    assert not [sql for sql in seen if "COUNT(" in sql.upper()], seen
+    assert len(counts.remembered) == 1
 
 
 def test_each_callers_count_is_its_own(client, app):

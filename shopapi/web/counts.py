@@ -17,11 +17,14 @@ from models.db import database, is_postgresql
 EXACT_UP_TO = 1000
 _COUNTS = {"exact", "planned", "estimated", "none"}
 # Exact counts remembered, by a digest of the count's statement (its filter and the caller's
-# visibility are in it), with the table versions each holds for; the least recently used go
-# first. An entry is a 16-byte digest, the versions and the count, about 250 bytes (tracemalloc):
-# 10,000 are about 2.5 MB. Keyed by the statement itself, an entry took twice that for a
-# customer's orders, and more for a long filter; a customer's list is one statement of its own.
+# visibility are in it), with a digest of the table versions each holds for; the least recently
+# used go first. An entry is about 250 bytes (tracemalloc): 10,000 are about 2.5 MB.
 MAX_COUNTS_KEPT = 10_000
+# Only a count of at least this many rows is remembered. A shorter one costs PostgreSQL about
+# what reading its page does, and there is one such list per customer (their orders): in the
+# soak, remembered, they grew the traced worker's heap by 1.4 MB in 16 minutes, a sixth of all
+# it grew by (bench/results/soak-heap.md), for almost no second use.
+REMEMBERED_FROM = 1000
 
 
 def by_default(version: int) -> str:
@@ -52,17 +55,18 @@ class _Remembered:
     def __len__(self) -> int:
         return len(self._counts)
 
-    def get(self, key, versions: str) -> int | None:
+    def get(self, key: bytes, versions: str) -> int | None:
         with self._lock:
             held = self._counts.get(key)
-            if held is None or held[0] != versions:
+            if held is None or held[0] != _digest(versions):
                 return None
             self._counts.move_to_end(key)
             return held[1]
 
-    def put(self, key, versions: str, count: int) -> None:
+    def put(self, key: bytes, versions: str, count: int) -> None:
         with self._lock:
-            self._counts[key] = (versions, count)
+            # The versions name every shard of every table read: a kilobyte, kept as 16 bytes.
+            self._counts[key] = (_digest(versions), count)
             self._counts.move_to_end(key)
             while len(self._counts) > MAX_COUNTS_KEPT:
                 self._counts.popitem(last=False)
@@ -71,19 +75,25 @@ class _Remembered:
 remembered = _Remembered()
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def exactly(query: peewee.SelectQuery, tables: frozenset[str], versions: str | None) -> int:
     """The rows of `query` counted exactly: remembered while the versions of `tables` (which
     `query` reads, and maybe more) are still `versions`, read from the database the list reads
-    before this; counted again, with the versions, when they are not."""
+    before this; counted again, with the versions, when they are not (or when the count was
+    short: REMEMBERED_FROM)."""
     if versions is None or not table_versions.versioned(tables):
         return query.count()
     sql, params = query.order_by().sql()
-    key = hashlib.blake2b(repr((sql, params)).encode(), digest_size=16).digest()
+    key = _digest(repr((sql, params)))
     count = remembered.get(key, versions)
     if count is None:
         # Counted with the versions it holds for, which may be newer than `versions`.
         counted_at, count = table_versions.counted_with_versions(query, tables)
-        remembered.put(key, counted_at, count)
+        if count >= REMEMBERED_FROM:
+            remembered.put(key, counted_at, count)
     return count
 
 
