@@ -16,7 +16,7 @@ from models.db import database, is_postgresql
 # then costs at most this many rows, however long the list.
 EXACT_UP_TO = 1000
 _COUNTS = {"exact", "planned", "estimated", "none"}
-# Exact counts remembered, by a digest of the count's statement (its filter and the caller's
+# Exact counts remembered, by a digest of the list's statement (its filter and the caller's
 # visibility are in it), with a digest of the table versions each holds for; the least recently
 # used go first. An entry is about 250 bytes (tracemalloc): 10,000 are about 2.5 MB.
 MAX_COUNTS_KEPT = 10_000
@@ -79,15 +79,17 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def exactly(query: peewee.SelectQuery, tables: frozenset[str], versions: str | None) -> int:
+def exactly(
+    query: peewee.SelectQuery, statement: tuple, tables: frozenset[str], versions: str | None
+) -> int:
     """The rows of `query` counted exactly: remembered while the versions of `tables` (which
     `query` reads, and maybe more) are still `versions`, read from the database the list reads
     before this; counted again, with the versions, when they are not (or when the count was
-    short: REMEMBERED_FROM)."""
+    short: REMEMBERED_FROM). `statement`, the list's SQL and parameters as its ETag rendered
+    them, keys the count: what it counts is in it."""
     if versions is None or not table_versions.versioned(tables):
         return query.count()
-    sql, params = query.order_by().sql()
-    key = _digest(repr((sql, params)))
+    key = _digest(repr(statement))
     count = remembered.get(key, versions)
     if count is None:
         # Counted with the versions it holds for, which may be newer than `versions`.
@@ -100,6 +102,7 @@ def exactly(query: peewee.SelectQuery, tables: frozenset[str], versions: str | N
 def total(
     query: peewee.SelectQuery,
     how: str,
+    statement: tuple,
     tables: frozenset[str] = frozenset(),
     versions: str | None = None,
 ) -> tuple[int | None, str]:
@@ -109,7 +112,7 @@ def total(
     if how == "none":
         return None, "none"
     if how == "exact" or not is_postgresql():
-        return exactly(query, tables, versions), "exact"
+        return exactly(query, statement, tables, versions), "exact"
     if how == "estimated":
         bounded = query.limit(EXACT_UP_TO + 1).count()
         if bounded <= EXACT_UP_TO:

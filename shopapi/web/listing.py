@@ -229,11 +229,13 @@ def _release() -> str:
     return importlib.metadata.version("shopapi")
 
 
-def _unchanged_since(ordered, fetch, reads, asked_count) -> tuple[frozenset, str | None, str]:
+def _unchanged_since(
+    statement: tuple, fetch, reads, asked_count
+) -> tuple[frozenset, str | None, str]:
     """The tables the page reads, their versions (None when a write to one would not move them)
-    and the page's weak ETag, which those versions, the page's query, the request and the
-    caller's visibility decide before anything else is read."""
-    sql, params = ordered.sql()
+    and the page's weak ETag, which those versions, the page's query (`statement`, its SQL and
+    parameters), the request and the caller's visibility decide before anything else is read."""
+    sql, params = statement
     tables = table_versions.tables_read_by(sql) | {m._meta.table_name for m in reads}
     if (fetch is not list and not reads) or not table_versions.versioned(tables):
         return tables, None, None  # what the page reads is not all known: its body is hashed
@@ -258,7 +260,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
         query = query.select_extend(*request.computed)
     ordered = query.order_by(*(_order(field, desc) for field, desc in request.keys))
     per_page = request.per_page
-    tables, versions, tag = _unchanged_since(ordered, fetch, reads, asked_count)
+    statement = ordered.sql()  # rendered once: the ETag's and the count's
+    tables, versions, tag = _unchanged_since(statement, fetch, reads, asked_count)
     if tag is not None and etags.revalidated(tag):
         return None, 304, {"ETag": tag}
 
@@ -272,7 +275,7 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
     else:
         page = request.page or 1
         how = asked_count or counts.by_default(representations.current_version())
-        total, counted = counts.total(query, how, tables, versions)
+        total, counted = counts.total(query, how, statement, tables, versions)
         total_pages = None if total is None else math.ceil(total / per_page)
         if counted == "exact":
             rows = fetch(ordered.paginate(page, per_page))
