@@ -63,6 +63,9 @@ _TIMES = ("exp", "iat", "nbf")
 
 
 def _digest(token: str) -> bytes:
+    # 128 bits: another string with a remembered token's digest is a second preimage, out of
+    # reach. A string made to collide with a token of ours gets only that token's claims,
+    # which whoever made it holds already.
     return hashlib.blake2b(token.encode(), digest_size=16).digest()
 
 
