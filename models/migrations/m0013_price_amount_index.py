@@ -5,8 +5,8 @@ The amount is computed in SQL (models/money.py's `comparable`). Without an index
 sorted by it computed the amount of every matching product and sorted them all for each page:
 a page of 20 of 100,000 products cost 36 PostgreSQL CPU-ms, against 0.8 for v1's page sorted by
 `price_cents` (bench/results/load.md). The index is built from the same expression the lists
-sort by; tests/test_list_edges.py checks that the sort is served by an index. SQLite: nothing
-to add (a page of its embedded data sets is sorted in memory).
+sort by; tests/test_list_edges.py checks that the sort is served by an index. SQLite gets
+none: it is the embedded default, whose data sets are small enough to sort.
 """
 
 import peewee

@@ -103,8 +103,8 @@ def total(
     query: peewee.SelectQuery,
     how: str,
     statement: tuple,
-    tables: frozenset[str] = frozenset(),
-    versions: str | None = None,
+    tables: frozenset[str],
+    versions: str | None,
 ) -> tuple[int | None, str]:
     """The rows of `query` counted `how`, and how they were counted in the end: a planner's
     estimate exists only on PostgreSQL, so elsewhere `planned` and `estimated` count exactly.
