@@ -113,19 +113,18 @@ def host_killed(layout: Layout, load: WriteLoad) -> str:
     return f"{victim}, with {in_flight} write(s) in flight"
 
 
-def host_killed_after_commit(layout: Layout, load: WriteLoad) -> str:
-    """The crash window of an idempotent write: its work committed, its answer not yet kept
-    (shopapi/pipeline/idempotency.py keeps it after the handler's transaction)."""
+def host_killed_before_commit(layout: Layout, load: WriteLoad) -> str:
+    """The crash window of an idempotent write: its work done, its answer being stored in the
+    same transaction (shopapi/pipeline/idempotency.py), the commit not yet sent."""
     primary = layout.replication.primary
     with contextlib.ExitStack() as answers:
         with _writes_parked(primary):
-            victim, _ = _a_host_with_writes_in_flight(layout)
+            _a_host_with_writes_in_flight(layout)
             answers.enter_context(_answers_held(primary))
-        # Let go, they commit, and then wait to keep their answers (if they keep them apart).
-        wait_for(
-            lambda: victim not in _writes_at_the_products(primary),
-            DEADLINE_SECONDS,
-            f"{victim}'s writes to go on",
+        # Let go: each parked write takes its stock, then waits to store its answer; a write
+        # for a product one of them holds waits behind it, as long as the answers are held.
+        victim = wait_for(
+            lambda: _a_host_storing_answers(primary), DEADLINE_SECONDS, "writes to store answers"
         )
         layout.hosts.kill(victim)
         # A statement the host had sent would still run once the lock is gone: a host that
@@ -133,6 +132,24 @@ def host_killed_after_commit(layout: Layout, load: WriteLoad) -> str:
         kept_back = _terminate_waiting(primary, victim, 'UPDATE "idempotency_key"')
     _restart(layout, victim)
     return f"{victim}, with {kept_back} write(s) done but their answers not kept"
+
+
+def _a_host_storing_answers(primary: Server) -> str | None:
+    """Once every write waiting at the products waits only on writes that wait themselves (on
+    an answer held, in the end), the host with the most writes waiting to store their answers;
+    None before."""
+    unsettled = primary.query(
+        "SELECT 1 FROM pg_stat_activity AS waiting, unnest(pg_blocking_pids(waiting.pid)) AS b "
+        "JOIN pg_stat_activity AS blocker ON blocker.pid = b "
+        "WHERE waiting.wait_event_type = 'Lock' AND waiting.application_name LIKE 'shopapi-%%' "
+        "AND (waiting.query LIKE %s OR waiting.query LIKE %s) "
+        "AND blocker.wait_event_type IS DISTINCT FROM 'Lock'",
+        ('UPDATE "product"%', 'INSERT INTO "product"%'),
+    )
+    storing = _waiting(primary, 'UPDATE "idempotency_key"')
+    if unsettled or not storing:
+        return None
+    return max(storing, key=storing.get)
 
 
 def _terminate_waiting(primary: Server, host: str, statement: str) -> int:
@@ -251,9 +268,7 @@ def slots_exhausted(layout: Layout, load: WriteLoad) -> str:
 
 FAULTS = [
     Fault("a host SIGKILLed", host_killed),
-    Fault(
-        "a host SIGKILLed between a write's commit and its kept answer", host_killed_after_commit
-    ),
+    Fault("a host SIGKILLed between a write's work and its commit", host_killed_before_commit),
     Fault("a host SIGTERMed", host_terminated, unseen=True),
     Fault("a host's process group SIGTERMed", host_group_terminated, unseen=True),
     Fault("the primary restarted", primary_restarted, database=True),
