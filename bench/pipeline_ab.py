@@ -27,9 +27,13 @@ MIXED = {
     "product": "a product",
     "filtered": "a filtered list",
     "order": "an order placed with an Idempotency-Key",
+    "revalidated": "the list revalidated with If-None-Match (304)",
 }
 # AB_REQUESTS=list or AB_REQUESTS=order: the mix is only those requests (the child reads it too).
-PER_MIX = os.environ.get("AB_REQUESTS", ",".join(MIXED)).split(",")
+# `revalidated` is not in the default mix: the order placed before it changes the list.
+PER_MIX = os.environ.get("AB_REQUESTS", "list,list_v3,product,filtered,order").split(",")
+# AB_SHARED_STORE_URL=redis://127.0.0.1:6379/15: the rate limits counted in Redis, not memory.
+STORE = os.environ.get("AB_SHARED_STORE_URL", "memory://")
 MIX = ", ".join(MIXED[name] for name in PER_MIX)
 RESULTS = ROOT / "bench" / "results"
 
@@ -60,10 +64,14 @@ with db.connection_context():
     db.execute_sql("DROP TABLE IF EXISTS table_version")
 migrate(db)
 db.close_all()
-app = create_app(Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000))
+store = os.environ.get("AB_SHARED_STORE_URL", "memory://")
+app = create_app(
+    Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000, shared_store_url=store)
+)
 token = AccessTokens(Settings(jwt_secret=secret)).issue("client:bench", SCOPES)
 auth = [(b"authorization", f"Bearer {token}".encode())]
 keys = itertools.count(1)
+tags = {}  # the ETag of the last answer that had one
 
 
 async def call(method, path, query=b"", headers=(), body=b""):
@@ -88,6 +96,7 @@ async def call(method, path, query=b"", headers=(), body=b""):
     async def send(message):
         if message["type"] == "http.response.start":
             status.append(message["status"])
+            tags.update((name, value) for name, value in message["headers"] if name == b"etag")
         elif message["type"] == "http.response.body":
             answer.append(message.get("body", b""))
 
@@ -122,12 +131,19 @@ async def keyed_order():
     assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
 
 
-# The requests of a mix: AB_REQUESTS names some of them (`list,order`), else all five.
+async def revalidated_list():
+    if b"etag" not in tags:
+        await sorted_list()
+    conditional = [(b"if-none-match", tags[b"etag"])]
+    assert await call("GET", "/v1/products", b"per_page=20&sort=-price_cents", conditional) == 304
+
+
+# The requests of a mix: AB_REQUESTS names them (`list,order`).
 REQUESTS = {
     "list": sorted_list, "list_v3": sorted_list_v3, "product": product,
-    "filtered": filtered_list, "order": keyed_order,
+    "filtered": filtered_list, "order": keyed_order, "revalidated": revalidated_list,
 }
-chosen = [REQUESTS[name] for name in os.environ.get("AB_REQUESTS", ",".join(REQUESTS)).split(",")]
+chosen = [REQUESTS[name] for name in os.environ["AB_REQUESTS"].split(",")]
 
 
 async def mix():
@@ -251,7 +267,7 @@ def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> li
         "",
         f"The mix ({MIX}), {ROUNDS} interleaved rounds of {REQUESTS_PER_ROUND} requests per "
         "tree, through each app's whole ASGI pipeline on PostgreSQL; CPU of the app's process "
-        "only (the database's is not in it).",
+        f"only (the database's is not in it). Rate limits counted in {STORE}.",
         "",
         "| tree | median CPU-ms/request | rounds (CPU-ms/request) |",
         "| --- | --- | --- |",
@@ -279,7 +295,7 @@ def compare_instructions(
         f"{WARM_UP} of warm-up, "
         "through each app's whole ASGI pipeline on PostgreSQL, counted by callgrind in the app's "
         "process (every thread; the database's are not in it). Steadier than CPU time on a "
-        "shared machine, for small differences.",
+        f"shared machine, for small differences. Rate limits counted in {STORE}.",
         "",
         "| tree | instructions/request |",
         "| --- | --- |",
@@ -312,6 +328,7 @@ def main() -> int:
     )
     parser.add_argument("--out", help="the result's file name in bench/results/")
     args = parser.parse_args()
+    os.environ["AB_REQUESTS"] = ",".join(PER_MIX)  # the children's mix
     base_name = _short(args.base)
     head_name = f"head ({_short(args.head)})" if args.head else "this tree"
     with tempfile.TemporaryDirectory(prefix="shopapi-ab-") as temp:

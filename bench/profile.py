@@ -8,6 +8,9 @@ What runs without the GIL (the kernel's side of sockets, libpq) is not in it; be
 /proc numbers are the whole CPU.
 
     BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench python bench/profile.py
+
+PROFILE_MIX names another of bench/mix.lua's mixes (`conditional`: the list revalidated, every
+answer a 304; `list_v3`, ...), and the report is then profile-<mix>.md.
 """
 
 import collections
@@ -25,6 +28,7 @@ from bench import cpu, load  # noqa: E402
 from bench.seed import URL, reset, seed  # noqa: E402
 
 SECONDS, RATE_HZ = 15, 250
+MIX = os.environ.get("PROFILE_MIX", "mix")
 # A sample belongs to the first layer, from its innermost frame outwards, whose pattern matches
 # a frame ("function (file:line)").
 LAYERS = (
@@ -78,31 +82,34 @@ def main() -> None:
     seed(URL)
     reset(URL)
     secrets_env, tokens = load.server_secrets()
-    stacks = load.RESULTS / "profile.txt"
+    name = "profile" if MIX == "mix" else f"profile-{MIX}"
+    stacks = load.RESULTS / f"{name}.txt"
     with tempfile.TemporaryDirectory(prefix="shopapi-profile-") as scratch:
         scratch = pathlib.Path(scratch)
         data = scratch / "clients.lua"
         load.write_clients(data, tokens)
         server = load.shopapi_server("profiled", load.SHOPAPI_PORT, 1, secrets_env, scratch)
         try:
-            load.wrk([server], data, "mix", load.WARM_UP_SECONDS)
+            if MIX == "conditional":
+                load.write_revalidations(data, server, tokens)
+            load.wrk([server], data, MIX, load.WARM_UP_SECONDS)
             (worker,) = cpu.children(server.process.pid)
             spy = subprocess.Popen(  # noqa: S603 (py-spy, our arguments)
                 [load.BIN / "py-spy", "record", "--gil", "-r", str(RATE_HZ), "-d", str(SECONDS),
                  "-f", "raw", "-o", str(stacks), "-p", str(worker)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            run = load.wrk([server], data, "mix", SECONDS)
+            run = load.wrk([server], data, MIX, SECONDS)
             spy.wait()
         finally:
             server.stop()
     total, layers, functions = breakdown(stacks)
     lines = [
-        "# Where a worker's CPU goes under the load mix",
+        f"# Where a worker's CPU goes under `{MIX}`",
         "",
         f"py-spy, {RATE_HZ} Hz, {SECONDS} s, one production worker (all features on) under "
-        f"the mix at {run['throughput']:.0f} req/s, {run['app_cpu_ms']:.2f} CPU-ms/request "
-        f"(/proc); {total:,} samples holding the GIL. Collapsed stacks: profile.txt.",
+        f"`{MIX}` at {run['throughput']:.0f} req/s, {run['app_cpu_ms']:.2f} CPU-ms/request "
+        f"(/proc); {total:,} samples holding the GIL. Collapsed stacks: {stacks.name}.",
         "",
         "| layer | share of the samples |",
         "|---|---|",
@@ -116,7 +123,7 @@ def main() -> None:
         "",
     ]
     report = "\n".join(lines)
-    (load.RESULTS / "profile.md").write_text(report)
+    (load.RESULTS / f"{name}.md").write_text(report)
     print(report)
 
 

@@ -92,6 +92,29 @@ def test_an_error_response_carries_the_headers_too(limited):
     assert response.headers["ratelimit-remaining"] == "4"
 
 
+def test_a_revalidation_is_let_in_by_the_count_and_counted_unless_answered_304(limited):
+    headers = _reader()
+    first = limited.get("/v1/products", headers=headers)
+    assert first.headers["ratelimit-remaining"] == "4"
+    current = {**headers, "If-None-Match": first.headers["etag"]}
+    for _ in range(3):
+        revalidated = limited.get("/v1/products", headers=current)
+        assert revalidated.status_code == 304
+        assert revalidated.headers["ratelimit-remaining"] == "4"
+    stale = limited.get("/v1/products", headers={**headers, "If-None-Match": 'W/"old"'})
+    assert stale.status_code == 200
+    assert stale.headers["ratelimit-remaining"] == "3"
+    refused = limited.get("/v1/products?per_page=0", headers=current)
+    assert_problem(refused, 400)
+    assert refused.headers["ratelimit-remaining"] == "2"
+    for remaining in ("1", "0"):
+        response = limited.get("/v1/products", headers=headers)
+        assert response.headers["ratelimit-remaining"] == remaining
+    over = limited.get("/v1/products", headers=current)
+    assert_problem(over, 429)
+    assert over.headers["ratelimit-remaining"] == "0"
+
+
 def test_an_api_key_is_its_own_client(limited, app_with):
     admin = bearer()
     user = limited.post(
@@ -206,6 +229,27 @@ def test_two_server_processes_share_one_quota_in_redis(app, database_url):
         assert max(earliest for earliest, _ in ends) < min(latest for _, latest in ends), ends
         for base in (second, first):
             assert_problem(httpx.get(f"{base}/v1/products", headers=headers), 429)
+
+
+def test_a_revalidation_on_another_server_reads_the_one_quota_in_redis(app, database_url):
+    _redis_or_skip()
+    settings = {"SHARED_STORE_URL": REDIS_URL, "RATE_LIMIT_SCALE": str(SCALE)}
+    with (
+        live_server(database_url, **settings) as first,
+        live_server(database_url, **settings) as second,
+    ):
+        headers = _reader()
+        listed = httpx.get(f"{first}/v1/products", headers=headers)
+        current = {**headers, "If-None-Match": listed.headers["etag"]}
+        revalidated = httpx.get(f"{second}/v1/products", headers=current)
+        assert revalidated.status_code == 304
+        assert revalidated.headers["ratelimit-remaining"] == "4"
+        # The window the first server opened, as the second learns it from Redis.
+        assert 0 < int(revalidated.headers["ratelimit-reset"]) <= 60
+        for remaining in ("3", "2", "1", "0"):
+            answer = httpx.get(f"{second}/v1/products", headers=headers)
+            assert answer.headers["ratelimit-remaining"] == remaining
+        assert_problem(httpx.get(f"{first}/v1/products", headers=current), 429)
 
 
 @contextlib.contextmanager

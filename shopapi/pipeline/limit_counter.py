@@ -123,11 +123,29 @@ class LimitCounter:
         key = limit.key_for(*identifiers)
         try:
             count = await self.storage.incr(key, limit.get_expiry())
-            reset_at = await self._window_end(key, count, limit)
+            reset_at = await self._window_end(key, limit, opened_here=count == 1)
         except StorageError as error:
             self._failed(error)
             return None
         self._outages.answered()
+        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+
+    async def peek(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
+        """The hits counted in the current window, counting none; None when the storage is
+        unavailable."""
+        if self._outages.pausing:
+            metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
+            return None
+        key = limit.key_for(*identifiers)
+        try:
+            count = await self.storage.get(key)
+            reset_at = await self._window_end(key, limit, opened_here=False) if count else None
+        except StorageError as error:
+            self._failed(error)
+            return None
+        self._outages.answered()
+        if reset_at is None:  # no window open: the next hit opens one
+            return Usage(limit, 0, limit.get_expiry())
         return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
 
     async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
@@ -169,11 +187,11 @@ class LimitCounter:
         metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
         self._outages.failed(error.storage_error)
 
-    async def _window_end(self, key: str, count: int, limit: limits.RateLimitItem) -> float:
-        """When the window that `count` fell in ends. The first hit opens a window here; a window
+    async def _window_end(self, key: str, limit: limits.RateLimitItem, opened_here: bool) -> float:
+        """When the key's current window ends: a hit that counted 1 opened it here; a window
         opened elsewhere (another worker or host) costs one more storage call, once."""
         now = time.time()
-        if count == 1:
+        if opened_here:
             end = now + limit.get_expiry()
         else:
             end = self._window_ends.get(key, 0.0)

@@ -37,40 +37,74 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         operation = operation_of(scope) if scope["type"] == "http" else None
-        if operation is not None:
-            await self._count(scope, operation)
-            if operation.id in self.attempt_limits:
-                open_gate(scope, self.counter, operation.id, self.attempt_limits[operation.id])
-            if "rate_limit" in scope["state"]:
-                send = self._refunding_not_modified(scope, operation, send)
-        await self.app(scope, receive, send)
-
-    def _refunding_not_modified(self, scope: Scope, operation: Operation, send: Send) -> Send:
-        """`send`, giving the hit back when the answer is 304: revalidating a copy is the cheap
-        way to poll, and is not counted (as GitHub's API does not count it)."""
-
-        async def send_refunding(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 304:
-                usage = scope["state"]["rate_limit"]
-                await self.counter.refund(usage.limit, operation.id, caller_of(scope))
-                scope["state"]["rate_limit"] = dataclasses.replace(usage, count=usage.count - 1)
-            await send(message)
-
-        return send_refunding
-
-    async def _count(self, scope: Scope, operation: Operation) -> None:
-        limit = self.limits.get(operation.id)
+        if operation is not None and operation.id in self.attempt_limits:
+            open_gate(scope, self.counter, operation.id, self.attempt_limits[operation.id])
+        limit = self.limits.get(operation.id) if operation is not None else None
+        if limit is not None and _revalidates(scope, operation):
+            await self._revalidation(scope, receive, send, operation, limit)
+            return
         if limit is not None:
             usage = await self.counter.hit(limit, operation.id, caller_of(scope))
-            if usage is not None:
-                if usage.exceeded:
-                    metrics.RATE_LIMITED.labels(operation.id, "client").inc()
-                    raise TooManyRequests(
-                        usage,
-                        f"This client may call this operation {limit.amount} times every "
-                        f"{limit.get_expiry()} seconds; try again in {usage.reset_after} seconds.",
-                    )
-                scope["state"]["rate_limit"] = usage
+            _admit(scope, operation, usage, counted=True)
+        await self.app(scope, receive, send)
+
+    async def _revalidation(
+        self, scope: Scope, receive: Receive, send: Send, operation: Operation, limit
+    ) -> None:
+        """A request revalidating a copy, let in by the count so far and counted once its answer
+        is known not to be a 304: revalidating is the cheap way to poll, and is not counted (as
+        GitHub's API does not count it). A 304 then costs one storage read, not a hit and its
+        refund. A caller sending many at once may pass its limit by as many as it had in
+        flight."""
+        caller = caller_of(scope)
+        _admit(scope, operation, await self.counter.peek(limit, operation.id, caller), False)
+        started = False
+
+        async def send_counting(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if message["status"] != 304:
+                    usage = await self.counter.hit(limit, operation.id, caller)
+                    if usage is not None:
+                        scope["state"]["rate_limit"] = usage
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counting)
+        except Exception:
+            if not started:  # an error answered by a layer outside this one: it counts too
+                usage = await self.counter.hit(limit, operation.id, caller)
+                if usage is not None:
+                    scope["state"]["rate_limit"] = usage
+            raise
+
+
+def _admit(scope: Scope, operation: Operation, usage: Usage | None, counted: bool) -> None:
+    """The request goes on with `usage` noted for its RateLimit-* headers, or is refused (429)
+    over the limit (`counted`: whether `usage` counts the request). No usage: the storage did
+    not answer, and the request goes on unlimited."""
+    if usage is None:
+        return
+    if usage.count + (0 if counted else 1) > usage.limit.amount:
+        metrics.RATE_LIMITED.labels(operation.id, "client").inc()
+        limit = usage.limit
+        raise TooManyRequests(
+            usage,
+            f"This client may call this operation {limit.amount} times every "
+            f"{limit.get_expiry()} seconds; try again in {usage.reset_after} seconds.",
+        )
+    scope["state"]["rate_limit"] = usage
+
+
+def _revalidates(scope: Scope, operation: Operation) -> bool:
+    """Whether the request revalidates a copy it holds: a GET with If-None-Match, which its
+    operation declares, whose answer may be a 304."""
+    return (
+        operation.method == "GET"
+        and "if-none-match" in operation.header_parameters
+        and any(name == b"if-none-match" for name, _ in scope["headers"])
+    )
 
 
 def _presents_credentials(scope: Scope) -> bool:
