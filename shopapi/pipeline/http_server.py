@@ -5,6 +5,7 @@ and on how long a response waits for a client that reads nothing. Design: docs/p
 
 import asyncio
 import functools
+import gc
 import http
 import json
 import socket
@@ -109,6 +110,15 @@ def _bodies_in_flight() -> BodiesInFlight:
     return BodiesInFlight(_settings().request_bodies_in_flight_max_bytes)
 
 
+@functools.cache
+def _freeze_start_up() -> None:
+    """Put what start-up built (each version's contract and its validators, the app, the
+    modules) out of the cyclic collector's sight: it lives as long as the process, and a full
+    collection then walks only what serving made, not all of it again. Once, at the first
+    connection: the server accepts none before its lifespan has started the app up."""
+    gc.freeze()
+
+
 class HttpProtocol(HttpToolsProtocol):
     max_head_bytes = MAX_HEAD_BYTES
     max_target_bytes = MAX_TARGET_BYTES
@@ -116,6 +126,7 @@ class HttpProtocol(HttpToolsProtocol):
     head_timeout = HEAD_TIMEOUT_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:
+        _freeze_start_up()
         super().connection_made(transport)
         self.parser = _Parser(self.parser)
         settings = _settings()
