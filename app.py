@@ -76,6 +76,7 @@ from shopapi.pipeline.rate_limits import FailedAuthMiddleware, RateLimitMiddlewa
 from shopapi.pipeline.read_routing import read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.response_headers import ResponseHeadersMiddleware
+from shopapi.pipeline.revalidation import RevalidationMiddleware
 from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
@@ -307,6 +308,9 @@ def pipeline(
         # A valid request that only reads goes to a replica that has its caller's writes (if
         # replicas are configured); anything else to the primary.
         read_routing(settings),
+        # A list revalidated as before, by the same caller, answered 304 while the versions of
+        # the tables its handler found it reads stand: no hand-off to Flask.
+        RevalidationMiddleware,
         # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
         # the handler's errors itself, with the same handlers, so that they are replayed too.
         partial(

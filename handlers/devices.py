@@ -66,7 +66,8 @@ def _subscription(subscription: dict) -> tuple[str, str, dict]:
 
 def list_devices(user_id, **params):
     devices = Device.select().where(Device.user == _user(user_id))
-    return list_response(Device, devices, params, represent)
+    # The user read first is read by the list too: its tag moves when the user goes.
+    return list_response(Device, devices, params, represent, reads=(User,))
 
 
 def register_device(user_id, body):
@@ -88,7 +89,12 @@ def list_device_deliveries(user_id, device_id, **params):
     deliveries = PushDelivery.select().where(PushDelivery.device == _device(user_id, device_id))
     fetch = with_attempts(PushAttempt)
     return list_response(
-        PushDelivery, deliveries, params, represent_delivery, fetch=fetch, reads=(PushAttempt,)
+        PushDelivery,
+        deliveries,
+        params,
+        represent_delivery,
+        fetch=fetch,
+        reads=(PushAttempt, Device, User),  # and the device and its user, read first
     )
 
 

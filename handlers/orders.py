@@ -135,8 +135,9 @@ def list_user_orders(id, **params):
         raise User.DoesNotExist
     User.get_by_id(user_id)
     orders = Order.select().where(Order.user == user_id)
+    # The user read first is read by the list too: its tag moves when the user goes.
     return list_response(
-        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem,)
+        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem, User)
     )
 
 

@@ -126,7 +126,7 @@ def list_webhook_deliveries(webhook_id, **params):
         params,
         represent_delivery,
         fetch=with_attempts(DeliveryAttempt),
-        reads=(DeliveryAttempt,),
+        reads=(DeliveryAttempt, Webhook),  # and the webhook, read first
     )
 
 

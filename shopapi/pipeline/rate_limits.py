@@ -13,7 +13,7 @@ from shopapi.auth.security import CREDENTIAL_HEADERS
 from shopapi.contract.operations import Operation, Operations
 from shopapi.pipeline.attempt_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
-from shopapi.pipeline.request_facts import caller_of, client_address, operation_of
+from shopapi.pipeline.request_facts import caller_of, client_address, operation_of, revalidates
 from shopapi.telemetry import metrics
 
 # Addresses over their limit of refused credentials, kept in this process (about 300 bytes
@@ -40,7 +40,7 @@ class RateLimitMiddleware:
         if operation is not None and operation.id in self.attempt_limits:
             open_gate(scope, self.counter, operation.id, self.attempt_limits[operation.id])
         limit = self.limits.get(operation.id) if operation is not None else None
-        if limit is not None and _revalidates(scope, operation):
+        if limit is not None and revalidates(scope, operation):
             await self._revalidation(scope, receive, send, operation, limit)
             return
         if limit is not None:

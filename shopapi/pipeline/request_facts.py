@@ -47,3 +47,13 @@ def caller_of(scope: Scope) -> str:
 def client_address(scope: Scope) -> str:
     client = scope.get("client")
     return client[0] if client else "unknown"
+
+
+def revalidates(scope: Scope, operation: Operation) -> bool:
+    """Whether the request revalidates a copy it holds: a GET with If-None-Match, which its
+    operation declares, so that its answer may be a 304."""
+    return (
+        operation.method == "GET"
+        and "if-none-match" in operation.header_parameters
+        and any(name == b"if-none-match" for name, _ in scope["headers"])
+    )

@@ -15,7 +15,7 @@ import peewee
 from models import money, table_versions
 from shopapi.auth.security import current_principal
 from shopapi.internals import connexion as connexion_internals
-from shopapi.web import counts, cursors, etags, representations
+from shopapi.web import counts, cursors, etags, representations, revalidations
 from shopapi.web.configured import configured
 from shopapi.web.problems import ValidationProblem
 
@@ -249,8 +249,10 @@ def _unchanged_since(
 def list_response(model, query, params: dict, represent, *, fetch=list, reads=(), kept=()):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
     `params`, each row shown by `represent`; `fetch` runs the page's query (to load related
-    rows along with it), and `reads` names the other models it and `represent` read. `kept`:
-    top-level fields that `fields` does not select away (what the request expanded)."""
+    rows along with it), and `reads` names the other models it and `represent` read, and those
+    the handler read before (the parent whose list it is): every read of the request's is in
+    the list's tag, which a revalidation is answered from (shopapi/pipeline/revalidation.py).
+    `kept`: top-level fields that `fields` does not select away (what the request expanded)."""
     request = ListRequest(model, params)
     secret = configured().settings.hmac_secret
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -262,8 +264,10 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
     per_page = request.per_page
     statement = ordered.sql()  # rendered once: the ETag's and the count's
     tables, versions, tag = _unchanged_since(statement, fetch, reads, asked_count)
-    if tag is not None and etags.revalidated(tag):
-        return None, 304, {"ETag": tag}
+    if tag is not None:
+        revalidations.note(tables, versions, tag)
+        if etags.revalidated(tag):
+            return None, 304, {"ETag": tag}
 
     if request.cursor is not None:
         position = request.read_position(request.cursor, secret)

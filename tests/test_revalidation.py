@@ -1,0 +1,79 @@
+"""A list revalidated as before is answered 304 before Flask (shopapi/pipeline/revalidation.py):
+once its handler has found the list's tag for a request, the same request by the same caller is
+answered from the versions of the tables that tag was made from, with what the handler would
+have answered. Anything else goes on to the handler."""
+
+import pytest
+from support.helpers import bearer, bearer_for, create_product, create_user
+
+_VOLATILE = {"x-request-id", "date", "server"}
+
+
+@pytest.fixture
+def handled(app):
+    """How many requests reached Flask."""
+    counted = []
+    flask_app = app.app
+    flask_app.before_request_funcs.setdefault(None, []).append(lambda: counted.append(1))
+    yield counted
+    flask_app.before_request_funcs[None].remove(flask_app.before_request_funcs[None][-1])
+
+
+def _headers(response) -> dict:
+    return {k: v for k, v in response.headers.items() if k.lower() not in _VOLATILE}
+
+
+def test_a_list_revalidated_again_is_answered_as_its_handler_did_without_it(client, handled):
+    create_product(client)
+    listed = client.get("/v1/products?sort=-price_cents")
+    current = {"If-None-Match": listed.headers["etag"]}
+    by_the_handler = client.get("/v1/products?sort=-price_cents", headers=current)
+    reached = len(handled)
+    again = client.get("/v1/products?sort=-price_cents", headers=current)
+    assert len(handled) == reached  # answered before Flask
+    assert (by_the_handler.status_code, again.status_code) == (304, 304)
+    assert _headers(again) == _headers(by_the_handler)
+    assert again.content == by_the_handler.content == b""
+
+
+def test_a_write_to_a_table_the_list_reads_ends_it(client, handled):
+    create_product(client)
+    listed = client.get("/v1/products")
+    current = {"If-None-Match": listed.headers["etag"]}
+    for _ in range(2):
+        assert client.get("/v1/products", headers=current).status_code == 304
+    create_product(client, sku="ANOTHER-1")
+    changed = client.get("/v1/products", headers=current)
+    assert changed.status_code == 200
+    assert changed.headers["etag"] != listed.headers["etag"]
+    assert len(changed.json()["data"]) == 2
+
+
+def test_another_caller_another_query_or_version_is_not_answered_from_it(client, app, handled):
+    create_product(client)
+    listed = client.get("/v1/products")
+    current = {"If-None-Match": listed.headers["etag"]}
+    for _ in range(2):
+        assert client.get("/v1/products", headers=current).status_code == 304
+    customer = app.test_client()
+    customer.headers.update(bearer_for(create_user(client)))
+    reached = len(handled)
+    # Each its own request: the handler answers it, with a tag of its own.
+    assert customer.get("/v1/products", headers=current).status_code == 200
+    assert client.get("/v1/products?per_page=5", headers=current).status_code == 200
+    assert client.get("/v2/products", headers=current).status_code == 200
+    partner = {**bearer(subject="client:partner", scopes=["products:read"]), **current}
+    assert client.get("/v1/products", headers=partner).status_code == 200
+    assert len(handled) == reached + 4
+
+
+def test_a_list_whose_owner_is_gone_is_404_however_it_was_revalidated(client):
+    user = create_user(client)
+    url = f"/v1/users/{user['id']}/orders"
+    listed = client.get(url)
+    assert listed.status_code == 200 and listed.json()["data"] == []
+    current = {"If-None-Match": listed.headers["etag"]}
+    for _ in range(2):
+        assert client.get(url, headers=current).status_code == 304
+    assert client.delete(f"/v1/users/{user['id']}").status_code == 204
+    assert client.get(url, headers=current).status_code == 404
