@@ -4,6 +4,7 @@ compiled patterns. Why each is bounded as it is: bench/results/soak.md and the c
 bound."""
 
 import asyncio
+import hashlib
 import time
 import tracemalloc
 
@@ -16,7 +17,7 @@ from shopapi.contract.patterns import ecma_regex
 from shopapi.pipeline import rate_limits
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests
 from shopapi.settings import Settings
-from shopapi.web import counts
+from shopapi.web import counts, revalidations
 
 SCOPES = ["products:read"]
 
@@ -178,3 +179,35 @@ def test_remembered_counts_stay_within_the_bound(client, monkeypatch):
         assert response.json()["meta"]["total"] == (1 if n <= 1 else 0)
         assert len(counts.remembered) <= 5
     assert len(counts.remembered) == 5
+
+
+def _request(n: int) -> bytes:
+    return hashlib.blake2b(str(n).encode(), digest_size=16).digest()
+
+
+def test_revalidations_kept_stay_within_the_bound_at_a_few_hundred_bytes_each():
+    """Each polled list a worker answered before Flask is kept under its request's digest, with
+    a digest of its tables' versions (16 shards a table, about 200 characters each)."""
+    kept = revalidations.Revalidations(max_known=300)
+    versions = "PostgresqlDatabase:shopapi/" + ",".join(f"product:{n}" for n in range(16))
+    mine = [
+        tracemalloc.Filter(True, revalidations.__file__, all_frames=True),
+        tracemalloc.Filter(True, __file__, all_frames=True),
+    ]
+    tracemalloc.start(20)
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(mine)
+        for n in range(300):
+            # The table names as a request's handler finds them: a set of its own each time.
+            kept.note(_request(n), frozenset(["product"]), versions, f'W/"{n:043d}"')
+        after = tracemalloc.take_snapshot().filter_traces(mine)
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert len(kept) == 300
+    assert grown / 300 < 400, f"{grown / 300:.0f} bytes a revalidation"
+    for n in range(300, 400):
+        kept.note(_request(n), frozenset(["product"]), versions, f'W/"{n:043d}"')
+    assert len(kept) == 300
+    assert kept.get(_request(99)) is None  # the least recently revalidated went first
+    assert kept.get(_request(100)).tag == f'W/"{100:043d}"'

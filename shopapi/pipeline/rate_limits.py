@@ -97,16 +97,6 @@ def _admit(scope: Scope, operation: Operation, usage: Usage | None, counted: boo
     scope["state"]["rate_limit"] = usage
 
 
-def _revalidates(scope: Scope, operation: Operation) -> bool:
-    """Whether the request revalidates a copy it holds: a GET with If-None-Match, which its
-    operation declares, whose answer may be a 304."""
-    return (
-        operation.method == "GET"
-        and "if-none-match" in operation.header_parameters
-        and any(name == b"if-none-match" for name, _ in scope["headers"])
-    )
-
-
 def _presents_credentials(scope: Scope) -> bool:
     return any(name.decode() in CREDENTIAL_HEADERS for name, _ in scope["headers"])
 

@@ -1,7 +1,7 @@
-"""A list revalidated (`If-None-Match`) as it was before, answered 304 here, before validation's
-result is handed to Flask: the same request by the same caller, whose handler found the list's
-tag from the versions of the tables it reads (shopapi/web/revalidations.py), gets the same tag
-while those versions stand. Why that is the handler's own answer: docs/web.md."""
+"""A list revalidated (`If-None-Match`) as before, answered 304 here rather than by Flask: the
+same request by the same caller, whose handler made the list's tag from the versions of the
+tables it reads (shopapi/web/revalidations.py), gets the same tag while those versions stand.
+Why that is the handler's own answer: docs/pipeline.md."""
 
 import hashlib
 

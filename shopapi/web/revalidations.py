@@ -1,7 +1,7 @@
 """What a list's revalidation found, kept so that the next revalidation of the same request is
 answered before it reaches Flask (shopapi/pipeline/revalidation.py): the tables the list reads,
 their versions then, and its weak ETag. `list_response` notes it. Why that answer is the
-handler's own: docs/web.md."""
+handler's own: docs/pipeline.md."""
 
 import collections
 import contextvars
