@@ -37,6 +37,23 @@ def test_verified_tokens_are_kept_up_to_the_bound_and_all_still_verify(monkeypat
     assert [tokens.verify(token)["sub"] for token in issued] == [f"user-{n}" for n in range(120)]
 
 
+def _bytes_kept(work, module) -> int:
+    """The bytes that `work()` leaves allocated by `module` and by this file, whatever other
+    threads of this process (an xdist worker's) allocate meanwhile."""
+    mine = [
+        tracemalloc.Filter(True, module.__file__, all_frames=True),
+        tracemalloc.Filter(True, __file__, all_frames=True),
+    ]
+    tracemalloc.start(20)
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(mine)
+        work()
+        after = tracemalloc.take_snapshot().filter_traces(mine)
+    finally:
+        tracemalloc.stop()
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+
 def test_a_remembered_token_takes_a_fraction_of_its_size_and_its_claims():
     """A client's first request leaves its token in each worker's cache: under many clients it
     is what a worker's heap grows by (bench/results/soak-heap.md). Kept whole, with its claims
@@ -46,21 +63,13 @@ def test_a_remembered_token_takes_a_fraction_of_its_size_and_its_claims():
     login = "a1b2c3d4" * 4
     scopes = ["orders:read", "orders:write", "products:read"]
     issued = [tokens.issue(str(n), scopes, cred_ver=3, sid=login) for n in range(1, 301)]
-    # What verify() and the tokens brought in keep, whatever other threads of this process do.
-    mine = [
-        tracemalloc.Filter(True, token_module.__file__, all_frames=True),
-        tracemalloc.Filter(True, __file__, all_frames=True),
-    ]
-    tracemalloc.start(20)
-    try:
-        before = tracemalloc.take_snapshot().filter_traces(mine)
+
+    def verify_each():
         for token in issued:
             # Each as a request brings it: a string of its own, split off the header.
             tokens.verify(f"Bearer {token}".split(maxsplit=1)[1])
-        after = tracemalloc.take_snapshot().filter_traces(mine)
-    finally:
-        tracemalloc.stop()
-    kept = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    kept = _bytes_kept(verify_each, token_module)
     assert tokens.remembered == len(issued)
     assert kept / len(issued) < 1000, f"{kept / len(issued):.0f} bytes a token"
 
@@ -190,20 +199,13 @@ def test_revalidations_kept_stay_within_the_bound_at_a_few_hundred_bytes_each():
     a digest of its tables' versions (16 shards a table, about 200 characters each)."""
     kept = revalidations.Revalidations(max_known=300)
     versions = "PostgresqlDatabase:shopapi/" + ",".join(f"product:{n}" for n in range(16))
-    mine = [
-        tracemalloc.Filter(True, revalidations.__file__, all_frames=True),
-        tracemalloc.Filter(True, __file__, all_frames=True),
-    ]
-    tracemalloc.start(20)
-    try:
-        before = tracemalloc.take_snapshot().filter_traces(mine)
+
+    def note_each():
         for n in range(300):
             # The table names as a request's handler finds them: a set of its own each time.
             kept.note(_request(n), frozenset(["product"]), versions, f'W/"{n:043d}"')
-        after = tracemalloc.take_snapshot().filter_traces(mine)
-    finally:
-        tracemalloc.stop()
-    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    grown = _bytes_kept(note_each, revalidations)
     assert len(kept) == 300
     assert grown / 300 < 400, f"{grown / 300:.0f} bytes a revalidation"
     for n in range(300, 400):

@@ -201,14 +201,21 @@ def _metric(base: str, name: str) -> float:
     return sample_sum(scrape.text, name)
 
 
-@pytest.mark.slow
-def test_two_server_processes_share_one_quota_in_redis(app, database_url):
+@contextlib.contextmanager
+def _two_servers_sharing_redis(database_url: str):
+    """The base URLs of two server processes on one database, counting limits in one Redis."""
     _redis_or_skip()
     settings = {"SHARED_STORE_URL": REDIS_URL, "RATE_LIMIT_SCALE": str(SCALE)}
     with (
         live_server(database_url, **settings) as first,
         live_server(database_url, **settings) as second,
     ):
+        yield first, second
+
+
+@pytest.mark.slow
+def test_two_server_processes_share_one_quota_in_redis(app, database_url):
+    with _two_servers_sharing_redis(database_url) as (first, second):
         headers = _reader()
         remaining, ends = [], []
         for base in (first, second, first, second, first):
@@ -231,13 +238,9 @@ def test_two_server_processes_share_one_quota_in_redis(app, database_url):
             assert_problem(httpx.get(f"{base}/v1/products", headers=headers), 429)
 
 
+@pytest.mark.slow
 def test_a_revalidation_on_another_server_reads_the_one_quota_in_redis(app, database_url):
-    _redis_or_skip()
-    settings = {"SHARED_STORE_URL": REDIS_URL, "RATE_LIMIT_SCALE": str(SCALE)}
-    with (
-        live_server(database_url, **settings) as first,
-        live_server(database_url, **settings) as second,
-    ):
+    with _two_servers_sharing_redis(database_url) as (first, second):
         headers = _reader()
         listed = httpx.get(f"{first}/v1/products", headers=headers)
         current = {**headers, "If-None-Match": listed.headers["etag"]}

@@ -13,10 +13,14 @@ _VOLATILE = {"x-request-id", "date", "server"}
 def handled(app):
     """How many requests reached Flask."""
     counted = []
-    flask_app = app.app
-    flask_app.before_request_funcs.setdefault(None, []).append(lambda: counted.append(1))
+
+    def count() -> None:
+        counted.append(1)
+
+    hooks = app.app.before_request_funcs.setdefault(None, [])
+    hooks.append(count)
     yield counted
-    flask_app.before_request_funcs[None].remove(flask_app.before_request_funcs[None][-1])
+    hooks.remove(count)
 
 
 def _headers(response) -> dict:
