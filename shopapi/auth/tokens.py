@@ -157,15 +157,18 @@ class AccessTokens:
         if settings.jwt_private_key:
             self.algorithm = "RS256"
             self._signing_key = settings.jwt_private_key
-            self._verifying_key = settings.jwt_public_key
-            public = jwk.construct(settings.jwt_public_key, "RS256").to_dict()
+            verifying_key = settings.jwt_public_key
+            public = jwk.construct(verifying_key, "RS256").to_dict()
             self._kid = _thumbprint(public)
             self._published = [{**public, "kid": self._kid, "use": "sig", "alg": "RS256"}]
         else:
             self.algorithm = "HS256"
-            self._signing_key = self._verifying_key = settings.jwt_secret
+            self._signing_key = verifying_key = settings.jwt_secret
             self._kid = None
             self._published = []  # a symmetric key is never published
+        # Built once: given the key as text, jose tries it as a JSON key set (and fails) and
+        # builds the key again for every token it checks, a third of a check (docs/auth.md).
+        self._verifying_key = jwk.construct(verifying_key, self.algorithm)
         self._trusted = {
             issuer: _KeySet(location)
             for issuer, location in settings.oauth_trusted_issuers.items()
@@ -239,7 +242,6 @@ class AccessTokens:
 
     def _verify(self, token: str) -> Mapping:
         try:
-            header = jwt.get_unverified_header(token)
             unverified = jwt.get_unverified_claims(token)
         except JOSEError:
             raise InvalidToken("The token is not a well-formed JWT.") from None
@@ -251,6 +253,9 @@ class AccessTokens:
         if issuer == self.issuer:
             key, algorithms = self._verifying_key, [self.algorithm]
         elif isinstance(issuer, str) and issuer in self._trusted:
+            # The header only for another issuer's token: our own names neither key nor
+            # algorithm that we would heed (both are pinned).
+            header = jwt.get_unverified_header(token)
             key = self._trusted[issuer].key_for(header.get("kid"))
             algorithm = key.get("alg") or header.get("alg")
             if algorithm not in _EXTERNAL_ALGORITHMS:
