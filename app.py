@@ -289,6 +289,12 @@ def pipeline(
         # Each operation's x-rate-limit per caller, and the way to its per-account attempt
         # limit for the handlers that count attempts (the token endpoint).
         partial(RateLimitMiddleware, counter=counter, operations=operations, scale=scale),
+        # A request that only reads goes to a replica that has its caller's writes (if replicas
+        # are configured); anything else to the primary. Before validation, for the next layer.
+        read_routing(settings),
+        # A list revalidated as before, by the same caller, answered 304 while the versions of
+        # the tables its handler found it reads stand: no validation, no hand-off to Flask.
+        RevalidationMiddleware,
         # A body's media type read as RFC 9110 reads it, before validation picks a schema.
         MediaTypeMiddleware,
         # Connexion's: parameters and body against the contract, then responses (in tests).
@@ -298,19 +304,13 @@ def pipeline(
         LifespanMiddleware,
         # The event stream, answered here and not by a Flask thread: its security, rate limit
         # (one hit a connection) and parameters have been checked; it reads the database only
-        # through its poller, so it sits before the routing of reads and Idempotency-Key.
+        # through its poller (read routing lets it pass), and sits before Idempotency-Key.
         partial(
             EventStreamMiddleware,
             streams=streams,
             heartbeat_seconds=settings.event_stream_heartbeat_seconds,
             max_seconds=settings.event_stream_max_seconds,
         ),
-        # A valid request that only reads goes to a replica that has its caller's writes (if
-        # replicas are configured); anything else to the primary.
-        read_routing(settings),
-        # A list revalidated as before, by the same caller, answered 304 while the versions of
-        # the tables its handler found it reads stand: no hand-off to Flask.
-        RevalidationMiddleware,
         # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
         # the handler's errors itself, with the same handlers, so that they are replayed too.
         partial(

@@ -10,6 +10,7 @@ import uuid
 import httpx
 import pytest
 import redis
+from support.event_stream import stream
 from support.helpers import bearer
 from support.live import live_servers
 from support.metrics_text import sample_sum
@@ -291,3 +292,30 @@ def test_a_replayed_answer_sends_its_callers_next_reads_where_the_write_is(hosts
         again = retry.post("/v1/products", json=body, headers=key)
         assert again.headers.get("idempotent-replayed") == "true", (again.status_code, again.text)
         assert retry.get(f"/v1/products/{created.json()['id']}").status_code == 200
+
+
+def test_an_event_stream_is_no_routed_read_and_hears_of_writes_at_once(hosts, replayed):
+    """A stream reads through its poller, on the primary: read routing lets it pass, counting no
+    read and looking up no mark, and a write reaches it though the standby has not replayed it."""
+    first, _ = hosts
+    scrapes = []  # each a read counted, once it is answered
+
+    def scraped(name: str) -> float:
+        scrapes.append(name)
+        scrape = httpx.get(
+            f"{first}/metrics",
+            headers={"Authorization": "Bearer metrics-token-for-replica-tests"},
+        )
+        return sample_sum(scrape.text, name)
+
+    with client(first) as writer:
+        counted = scraped("database_read_requests_total")
+        replayed.standby.query("SELECT pg_wal_replay_pause()")
+        with stream(first, bearer()) as events:
+            product = create_product(writer)
+            created = events.events(1)[0]
+        assert created["data"]["data"]["id"] == product["id"]
+        # A stream is counted (or not) when the server has seen it end.
+        wait_for(lambda: scraped("event_streams_open") == 0, what="the server sees the stream end")
+        before_this_scrape = len(scrapes)
+        assert scraped("database_read_requests_total") == counted + before_this_scrape

@@ -6,6 +6,8 @@ have answered. Anything else goes on to the handler."""
 import pytest
 from support.helpers import bearer, bearer_for, create_product, create_user
 
+from shopapi.contract.validation import ParameterValidator
+
 _VOLATILE = {"x-request-id", "date", "server"}
 
 
@@ -23,6 +25,20 @@ def handled(app):
     hooks.remove(count)
 
 
+@pytest.fixture
+def validated(monkeypatch):
+    """How many requests had their parameters validated."""
+    counted = []
+    validate = ParameterValidator.validate_request
+
+    def counting(self, request):
+        counted.append(1)
+        return validate(self, request)
+
+    monkeypatch.setattr(ParameterValidator, "validate_request", counting)
+    return counted
+
+
 def _headers(response) -> dict:
     return {k: v for k, v in response.headers.items() if k.lower() not in _VOLATILE}
 
@@ -38,6 +54,32 @@ def test_a_list_revalidated_again_is_answered_as_its_handler_did_without_it(clie
     assert (by_the_handler.status_code, again.status_code) == (304, 304)
     assert _headers(again) == _headers(by_the_handler)
     assert again.content == by_the_handler.content == b""
+
+
+def test_a_list_revalidated_again_is_answered_before_its_validation(client, validated):
+    create_product(client)
+    current = {"If-None-Match": client.get("/v1/products").headers["etag"]}
+    assert client.get("/v1/products", headers=current).status_code == 304
+    reached = len(validated)
+    assert client.get("/v1/products", headers=current).status_code == 304
+    assert len(validated) == reached
+
+
+def test_a_condition_naming_the_tag_among_others_is_left_to_validation_and_the_handler(
+    client, handled
+):
+    create_product(client)
+    tag = client.get("/v1/products").headers["etag"]
+    assert client.get("/v1/products", headers={"If-None-Match": tag}).status_code == 304
+    reached = len(handled)
+    among_others = client.get("/v1/products", headers={"If-None-Match": f'W/"other", {tag}'})
+    assert among_others.status_code == 304  # the handler's weak comparison
+    assert among_others.headers["etag"] == tag
+    # The tag, then what the contract's If-None-Match is not: refused, as it was the first time.
+    refused = client.get("/v1/products", headers={"If-None-Match": f"{tag}, not-a-tag"})
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert len(handled) == reached + 1
 
 
 def test_a_write_to_a_table_the_list_reads_ends_it(client, handled):

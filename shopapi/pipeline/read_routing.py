@@ -8,6 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from models.replicas import CHECK_EVERY, Replicas
 from models.routing import Route, current_route
+from shopapi.pipeline import event_stream
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.pipeline.write_marks import MarksUnavailable, write_marks
 from shopapi.settings import Settings
@@ -23,7 +24,9 @@ class ReadRoutingMiddleware:
         self.marks = marks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or operation_of(scope) is None:
+        operation = operation_of(scope) if scope["type"] == "http" else None
+        # An event stream reads through its poller, on the primary: it has no route.
+        if operation is None or operation.id == event_stream.OPERATION_ID:
             await self.app(scope, receive, send)
             return
         caller = caller_of(scope)
