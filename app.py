@@ -73,11 +73,12 @@ from shopapi.pipeline.limit_counter import LimitCounter, scaled
 from shopapi.pipeline.media_types import MediaTypeMiddleware
 from shopapi.pipeline.observability import ObservabilityMiddleware
 from shopapi.pipeline.rate_limits import FailedAuthMiddleware, RateLimitMiddleware
-from shopapi.pipeline.read_routing import read_routing
+from shopapi.pipeline.read_routing import marks_of, read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.response_headers import ResponseHeadersMiddleware
 from shopapi.pipeline.revalidation import RevalidationMiddleware
 from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
+from shopapi.pipeline.write_marks import RedisMarks
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
 from shopapi.telemetry import logs
@@ -221,6 +222,7 @@ def pipeline(
     operations = Operations([*api_specs, *root_specs])
     root_operations = Operations(root_specs)
     counter = LimitCounter(settings.shared_store_url)
+    marks = marks_of(settings)  # of the callers' writes, for read routing (None: no replicas)
     scale = settings.rate_limit_scale
     failed_auth_limit = failed_auth_limit_of(api_specs[0])
     alerts = AlertWebhook(settings.alert_webhook_url) if settings.alert_webhook_url else None
@@ -288,10 +290,16 @@ def pipeline(
         SecurityMiddleware,
         # Each operation's x-rate-limit per caller, and the way to its per-account attempt
         # limit for the handlers that count attempts (the token endpoint).
-        partial(RateLimitMiddleware, counter=counter, operations=operations, scale=scale),
+        partial(
+            RateLimitMiddleware,
+            counter=counter,
+            operations=operations,
+            scale=scale,
+            marks=marks if isinstance(marks, RedisMarks) else None,
+        ),
         # A request that only reads goes to a replica that has its caller's writes (if replicas
         # are configured); anything else to the primary. Before validation, for the next layer.
-        read_routing(settings),
+        read_routing(settings, marks),
         # A list revalidated as before, by the same caller, answered 304 while the versions of
         # the tables its handler found it reads stand: no validation, no hand-off to Flask.
         RevalidationMiddleware,

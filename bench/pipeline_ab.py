@@ -34,6 +34,11 @@ MIXED = {
 PER_MIX = os.environ.get("AB_REQUESTS", "list,list_v3,product,filtered,order").split(",")
 # AB_SHARED_STORE_URL=redis://127.0.0.1:6379/15: the rate limits counted in Redis, not memory.
 STORE = os.environ.get("AB_SHARED_STORE_URL", "memory://")
+# AB_REPLICAS=1: each tree's database named again as its replica, a stand-in that never replays
+# (reads still go to the primary), so that every read looks up its caller's write mark as it does
+# beside a real standby (in the shared store: with AB_SHARED_STORE_URL, in Redis).
+REPLICAS = bool(os.environ.get("AB_REPLICAS"))
+WITH_REPLICAS = "; a replica named (the tree's own database: AB_REPLICAS)" if REPLICAS else ""
 MIX = ", ".join(MIXED[name] for name in PER_MIX)
 RESULTS = ROOT / "bench" / "results"
 
@@ -65,8 +70,10 @@ with db.connection_context():
 migrate(db)
 db.close_all()
 store = os.environ.get("AB_SHARED_STORE_URL", "memory://")
+replicas = (url,) if os.environ.get("AB_REPLICAS") else ()
 app = create_app(
-    Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000, shared_store_url=store)
+    Settings(database_url=url, jwt_secret=secret, rate_limit_scale=100000, shared_store_url=store,
+             database_replica_urls=replicas)
 )
 token = AccessTokens(Settings(jwt_secret=secret)).issue("client:bench", SCOPES)
 auth = [(b"authorization", f"Bearer {token}".encode())]
@@ -267,7 +274,8 @@ def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> li
         "",
         f"The mix ({MIX}), {ROUNDS} interleaved rounds of {REQUESTS_PER_ROUND} requests per "
         "tree, through each app's whole ASGI pipeline on PostgreSQL; CPU of the app's process "
-        f"only (the database's is not in it). Rate limits counted in {STORE}.",
+        f"only (the database's is not in it). Rate limits counted in {STORE}"
+        f"{WITH_REPLICAS}.",
         "",
         "| tree | median CPU-ms/request | rounds (CPU-ms/request) |",
         "| --- | --- | --- |",
@@ -295,7 +303,8 @@ def compare_instructions(
         f"{WARM_UP} of warm-up, "
         "through each app's whole ASGI pipeline on PostgreSQL, counted by callgrind in the app's "
         "process (every thread; the database's are not in it). Steadier than CPU time on a "
-        f"shared machine, for small differences. Rate limits counted in {STORE}.",
+        f"shared machine, for small differences. Rate limits counted in {STORE}"
+        f"{WITH_REPLICAS}.",
         "",
         "| tree | instructions/request |",
         "| --- | --- |",

@@ -23,6 +23,7 @@ from shopapi.contract import checked_specs
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.internals import a2wsgi as a2wsgi_internals
 from shopapi.internals import connexion as connexion_internals
+from shopapi.internals import limits as limits_internals
 from shopapi.internals import peewee as peewee_internals
 from shopapi.internals import starlette as starlette_internals
 from shopapi.internals import uvicorn as uvicorn_internals
@@ -243,6 +244,11 @@ class TestA2wsgi:
         assert environ["QUERY_STRING"] == "a=1"
         assert environ["CONTENT_TYPE"] == "application/json"
         assert environ["wsgi.input"].read() == b"{}"
+
+
+class TestLimits:
+    def test_the_private_names_relied_upon_are_still_there(self):
+        assert _missing(limits_internals.RELIED_UPON) == []
 
 
 class TestPeewee:

@@ -196,6 +196,33 @@ def _redis_or_skip():
         pytest.skip(reason)
 
 
+def test_a_hit_with_a_key_read_along_counts_as_the_engines_own_hit():
+    """The rate limit's hit, sent with a read of another key (a read's write mark) in one round
+    trip, counts in the engine's own key: its count, window and the other key's value."""
+    _redis_or_skip()
+    counter = LimitCounter(REDIS_URL)
+    limit = limits.parse("5/minute")
+    caller = f"caller-{uuid.uuid4().hex}"
+    other = f"shopapi:test-read-along:{uuid.uuid4().hex}"
+
+    redis.Redis.from_url(REDIS_URL).set(other, 1, ex=60)
+
+    async def exercise():
+        first = await counter.hit_and_get(limit, ("an-operation", caller), other)
+        second = await counter.hit_and_get(limit, ("an-operation", caller), other + "-none")
+        peeked = await counter.peek_and_get(limit, ("an-operation", caller), other)
+        return first, second, peeked, await counter.peek(limit, "an-operation", caller)
+
+    first, second, peeked, engines = asyncio.run(exercise())
+    assert [(usage.count, value) for usage, value in (first, second, peeked)] == [
+        (1, b"1"),
+        (2, None),
+        (2, b"1"),
+    ]
+    assert engines.count == 2
+    assert 0 < peeked[0].reset_after <= 60 and 0 < engines.reset_after <= 60
+
+
 def _metric(base: str, name: str) -> float:
     scrape = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
     return sample_sum(scrape.text, name)

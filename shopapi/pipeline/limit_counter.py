@@ -10,6 +10,7 @@ from connexion.exceptions import ProblemException
 from limits.aio.storage import Storage
 from limits.errors import StorageError
 
+from shopapi.internals import limits as limits_internals
 from shopapi.telemetry import metrics
 from shopapi.telemetry.outages import Outages
 
@@ -102,6 +103,8 @@ class LimitCounter:
         forget_ended_every: float = FORGET_ENDED_WINDOWS_EVERY,
     ):
         self.storage = _storage(storage_uri)
+        # Whether a hit can read another key of its Redis along (`hit_and_get`).
+        self.in_redis = not storage_uri.startswith("memory")
         self._outages = Outages("rate limit storage", "serving without limits", RETRY_STORAGE_AFTER)
         # When each key's current window ends (wall clock), as far as this process knows: the
         # storage is asked only for windows this process has not seen start.
@@ -117,36 +120,59 @@ class LimitCounter:
 
     async def hit(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
         """Count one hit; None when the storage is unavailable."""
+        answer = await self.hit_and_get(limit, identifiers)
+        return None if answer is None else answer[0]
+
+    async def hit_and_get(
+        self, limit: limits.RateLimitItem, identifiers: tuple[str, ...], other_key: str = ""
+    ) -> tuple[Usage, bytes | None] | None:
+        """Count one hit, and read `other_key` of the same Redis in the same round trip (none
+        without one): the usage and that key's value; None when the storage is unavailable."""
         if self._outages.pausing:
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
             return None
         key = limit.key_for(*identifiers)
         try:
-            count = await self.storage.incr(key, limit.get_expiry())
+            if other_key:
+                count, value = await limits_internals.hit_and_get(
+                    self.storage, key, limit.get_expiry(), other_key
+                )
+            else:
+                count, value = await self.storage.incr(key, limit.get_expiry()), None
             reset_at = await self._window_end(key, limit, opened_here=count == 1)
         except StorageError as error:
             self._failed(error)
             return None
         self._outages.answered()
-        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+        return Usage(limit, count, max(0, math.ceil(reset_at - time.time()))), value
 
     async def peek(self, limit: limits.RateLimitItem, *identifiers: str) -> Usage | None:
         """The hits counted in the current window, counting none; None when the storage is
         unavailable."""
+        answer = await self.peek_and_get(limit, identifiers)
+        return None if answer is None else answer[0]
+
+    async def peek_and_get(
+        self, limit: limits.RateLimitItem, identifiers: tuple[str, ...], other_key: str = ""
+    ) -> tuple[Usage, bytes | None] | None:
+        """`peek`, and `other_key` read in the same round trip, as `hit_and_get` does."""
         if self._outages.pausing:
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
             return None
         key = limit.key_for(*identifiers)
         try:
-            count = await self.storage.get(key)
+            if other_key:
+                count, value = await limits_internals.count_and_get(self.storage, key, other_key)
+            else:
+                count, value = await self.storage.get(key), None
             reset_at = await self._window_end(key, limit, opened_here=False) if count else None
         except StorageError as error:
             self._failed(error)
             return None
         self._outages.answered()
         if reset_at is None:  # no window open: the next hit opens one
-            return Usage(limit, 0, limit.get_expiry())
-        return Usage(limit, count, max(0, math.ceil(reset_at - time.time())))
+            return Usage(limit, 0, limit.get_expiry()), value
+        return Usage(limit, count, max(0, math.ceil(reset_at - time.time()))), value
 
     async def refund(self, limit: limits.RateLimitItem, *identifiers: str) -> None:
         """Take back one hit counted in the current window (nothing when the store fails)."""

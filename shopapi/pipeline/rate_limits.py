@@ -13,7 +13,9 @@ from shopapi.auth.security import CREDENTIAL_HEADERS
 from shopapi.contract.operations import Operation, Operations
 from shopapi.pipeline.attempt_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
+from shopapi.pipeline.read_routing import READ_METHODS
 from shopapi.pipeline.request_facts import caller_of, client_address, operation_of, revalidates
+from shopapi.pipeline.write_marks import READ_ALONG, RedisMarks
 from shopapi.telemetry import metrics
 
 # Addresses over their limit of refused credentials, kept in this process (about 300 bytes
@@ -29,11 +31,21 @@ class RateLimitMiddleware:
     ResponseHeadersMiddleware to put on the response, whichever layer makes it), and its
     per-account attempt limit, which the handler counts (`limited_attempt`)."""
 
-    def __init__(self, app: ASGIApp, counter: LimitCounter, operations: Operations, scale: float):
+    def __init__(
+        self,
+        app: ASGIApp,
+        counter: LimitCounter,
+        operations: Operations,
+        scale: float,
+        marks: RedisMarks | None = None,
+    ):
         self.app = app
         self.counter = counter
         self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
         self.attempt_limits = declared_attempt_limits(operations, scale)
+        # With replicas and the counts in Redis, a read's hit reads its caller's write mark
+        # along (read routing, just inside, needs it): one round trip where there were two.
+        self.marks = marks if counter.in_redis else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         operation = operation_of(scope) if scope["type"] == "http" else None
@@ -44,9 +56,27 @@ class RateLimitMiddleware:
             await self._revalidation(scope, receive, send, operation, limit)
             return
         if limit is not None:
-            usage = await self.counter.hit(limit, operation.id, caller_of(scope))
-            _admit(scope, operation, usage, counted=True)
+            caller = caller_of(scope)
+            answer = await self.counter.hit_and_get(
+                limit, (operation.id, caller), self._mark_key(scope, caller)
+            )
+            _admit(scope, operation, self._read_along(scope, answer), counted=True)
         await self.app(scope, receive, send)
+
+    def _mark_key(self, scope: Scope, caller: str) -> str:
+        """The key of the caller's write mark, for a read when marks are kept in Redis; else
+        "" (nothing read along)."""
+        reads = self.marks is not None and scope["method"] in READ_METHODS
+        return self.marks.key_of(caller) if reads else ""
+
+    def _read_along(self, scope: Scope, answer: tuple[Usage, bytes | None] | None) -> Usage | None:
+        """The usage of the counter's answer, its mark read along kept for read routing."""
+        if answer is None:
+            return None
+        usage, mark = answer
+        if self.marks is not None and scope["method"] in READ_METHODS:
+            scope["state"][READ_ALONG] = mark
+        return usage
 
     async def _revalidation(
         self, scope: Scope, receive: Receive, send: Send, operation: Operation, limit
@@ -57,7 +87,10 @@ class RateLimitMiddleware:
         refund. A caller sending many at once may pass its limit by as many as it had in
         flight."""
         caller = caller_of(scope)
-        _admit(scope, operation, await self.counter.peek(limit, operation.id, caller), False)
+        answer = await self.counter.peek_and_get(
+            limit, (operation.id, caller), self._mark_key(scope, caller)
+        )
+        _admit(scope, operation, self._read_along(scope, answer), counted=False)
         started = False
 
         async def send_counting(message: Message) -> None:

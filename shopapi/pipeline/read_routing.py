@@ -10,7 +10,13 @@ from models.replicas import CHECK_EVERY, Replicas
 from models.routing import Route, current_route
 from shopapi.pipeline import event_stream
 from shopapi.pipeline.request_facts import caller_of, operation_of
-from shopapi.pipeline.write_marks import MarksUnavailable, write_marks
+from shopapi.pipeline.write_marks import (
+    READ_ALONG,
+    MarksUnavailable,
+    MemoryMarks,
+    RedisMarks,
+    write_marks,
+)
 from shopapi.settings import Settings
 from shopapi.telemetry import metrics
 
@@ -33,7 +39,7 @@ class ReadRoutingMiddleware:
         reads = scope["method"] in READ_METHODS
         route, reason = Route(), None
         if reads:
-            route, reason = await self._route_for(caller)
+            route, reason = await self._route_for(caller, scope["state"])
 
         async def send_after_noting(message: Message) -> None:
             # Noted before the client hears of its write, so its next read finds the mark.
@@ -54,10 +60,13 @@ class ReadRoutingMiddleware:
                 reason = "failed_over" if route.failure is not None else "wrote"
             metrics.DATABASE_READS.labels(served, reason).inc()
 
-    async def _route_for(self, caller: str) -> tuple[Route, str]:
+    async def _route_for(self, caller: str, state: dict) -> tuple[Route, str]:
         """The route of a read, and why it goes where it goes."""
         try:
-            written_at = await self.marks.written_at(caller)
+            if READ_ALONG in state:  # by the rate limit, with its hit
+                written_at = self.marks.written_at_from(state.pop(READ_ALONG))
+            else:
+                written_at = await self.marks.written_at(caller)
         except MarksUnavailable:
             return Route(), "marks_unavailable"
         replica = self.replicas.choose(written_at)
@@ -68,17 +77,23 @@ class ReadRoutingMiddleware:
         return Route(), "no_replica"
 
 
-def read_routing(settings: Settings):
-    """The layer for `settings`' replicas; None when there are none."""
+def marks_of(settings: Settings) -> MemoryMarks | RedisMarks | None:
+    """Where `settings`' replicas find their callers' writes; None when there are no replicas."""
     if not settings.database_replica_urls:
         return None
-    max_lag = settings.database_replica_max_lag_seconds
+    # A mark is needed until the replicas replayed the write, or lag too far to be used at all.
+    keep_seconds = settings.database_replica_max_lag_seconds + 2 * CHECK_EVERY + 1
+    return write_marks(settings.shared_store_url, keep_seconds)
+
+
+def read_routing(settings: Settings, marks: MemoryMarks | RedisMarks | None):
+    """The layer for `settings`' replicas, with their `marks_of`; None when there are none."""
+    if marks is None:
+        return None
     replicas = Replicas(
         settings.database_url,
         settings.database_replica_urls,
         settings.database_pool_size,
-        max_lag,
+        settings.database_replica_max_lag_seconds,
     )
-    # A mark is needed until the replicas replayed the write, or lag too far to be used at all.
-    marks = write_marks(settings.shared_store_url, keep_seconds=max_lag + 2 * CHECK_EVERY + 1)
     return partial(ReadRoutingMiddleware, replicas=replicas, marks=marks)

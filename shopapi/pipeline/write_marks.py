@@ -26,6 +26,11 @@ end
 """
 
 
+# The scope's state holds, under this, the caller's mark as the rate limit read it along with
+# its hit (bytes, or None when there is none): read routing then need not ask Redis again.
+READ_ALONG = "write_mark_read_along"
+
+
 class MarksUnavailable(Exception):
     """The store did not answer: whether the caller wrote is unknown."""
 
@@ -70,24 +75,35 @@ class RedisMarks:
         # Until then the marks in Redis may lack writes made while it was away.
         self._incomplete_until = 0.0
 
+    @staticmethod
+    def key_of(caller: str) -> str:
+        return f"shopapi:written-at:{caller}"
+
     async def written_at(self, caller: str) -> int | None:
-        if self._outages.pausing or time.monotonic() < self._incomplete_until:
-            raise MarksUnavailable
+        self._check_complete()
         try:
-            value = await self.redis.get(f"shopapi:written-at:{caller}")
+            value = await self.redis.get(self.key_of(caller))
         except redis.exceptions.RedisError as error:
             self._outages.failed(error)
             raise MarksUnavailable from None
+        return self.written_at_from(value)
+
+    def written_at_from(self, value: bytes | None) -> int | None:
+        """The caller's mark from `value`, its key's value as Redis just answered it (here or
+        along with the rate limit's hit)."""
+        self._check_complete()
         if self._answered():
             raise MarksUnavailable  # this caller's write may be among those noted nowhere
         return None if value is None else int(value)
 
+    def _check_complete(self) -> None:
+        if self._outages.pausing or time.monotonic() < self._incomplete_until:
+            raise MarksUnavailable
+
     async def note(self, caller: str, position: int) -> None:
         if not self._outages.pausing:  # else asked again a moment later, not by every write
             try:
-                await self._note_highest(
-                    keys=[f"shopapi:written-at:{caller}"], args=[position, self.keep_ms]
-                )
+                await self._note_highest(keys=[self.key_of(caller)], args=[position, self.keep_ms])
                 self._answered()
                 return
             except redis.exceptions.RedisError as error:
