@@ -1,5 +1,5 @@
 """The library internals shopapi/internals/ relies on, one class per library, each held to what
-the service needs of it: when a release of Connexion, uvicorn, Starlette, a2wsgi or Peewee
+the service needs of it: when a release of Connexion, uvicorn, Starlette, a2wsgi, Peewee or limits
 changes one, the test names the library and the use rather than a request failing somewhere
 else."""
 
