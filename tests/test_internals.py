@@ -5,6 +5,7 @@ else."""
 
 import asyncio
 import copy
+import datetime
 import functools
 import inspect
 import re
@@ -293,6 +294,31 @@ class TestPeewee:
         db.execute_sql("SELECT 1")
         db.close()
         db.close_all()
+
+    def test_rows_of_a_cursor_are_the_querys_own_rows(self, tmp_path):
+        """A list's page runs from its statement, rendered once: `rows_of` makes of the cursor
+        what the query itself makes of its rows, models with their fields' conversions and a
+        computed column's."""
+        db = open_database(f"sqlite:///{tmp_path}/rows.db")
+        bound = database.obj
+        try:
+            use(db)
+            db.create_tables([Product])
+            for n in range(3):
+                Product.create(sku=f"ROW-{n}", name=f"Row {n}", price_cents=100 + n)
+            doubled = (Product.price_cents * 2).alias("doubled")
+            query = Product.select(Product, doubled).order_by(Product.id.desc())
+            sql, params = query.sql()
+            rows = peewee_internals.rows_of(query, database.execute_sql(sql, params))
+            expected = list(query.clone())
+            assert [type(row) for row in rows] == [Product] * 3
+            assert [(r.sku, r.created_at, r.doubled) for r in rows] == [
+                (r.sku, r.created_at, r.doubled) for r in expected
+            ]
+            assert isinstance(rows[0].created_at, datetime.datetime)
+        finally:
+            db.close()
+            use(bound)
 
     def test_every_query_of_a_model_passes_through_its_database_proxy(self, tmp_path):
         """models/routing.py sends a read-routed request's queries to its replica from the proxy

@@ -1,9 +1,13 @@
 """Peewee's private API, each use held by tests/test_internals.py (TestPeewee).
 
+A list's page runs from the statement its handler rendered once (shopapi/web/listing.py), and
+its rows become what the query itself would make of them: `rows_of`.
+
 Peewee's pool documents its options (max_connections, stale_timeout, timeout), not the steps
 by which it checks and reuses a connection: models/pool.py changes when a connection is
 checked with a round trip, through the hooks below."""
 
+import peewee
 from playhouse.pool import PooledPostgresqlDatabase
 
 
@@ -43,6 +47,12 @@ class HookedPostgresqlPool(PooledPostgresqlDatabase):
         return super()._is_closed(conn)
 
 
+def rows_of(query: peewee.ModelSelect, cursor) -> list:
+    """The rows of `cursor`, which ran `query`'s SQL, as `query` would give them: its models,
+    with its columns' conversions (Peewee's `_get_cursor_wrapper`)."""
+    return list(query._get_cursor_wrapper(cursor))
+
+
 # What the above relies on of Peewee's insides, checked against the installed release by
 # tests/test_internals.py: (owner, name, the parameters it takes, or None for an attribute).
 RELIED_UPON = [
@@ -51,4 +61,5 @@ RELIED_UPON = [
     (PooledPostgresqlDatabase, "_close_raw", ["self", "conn"]),
     (PooledPostgresqlDatabase, "_adapter", None),
     (PooledPostgresqlDatabase, "conn_key", None),  # undocumented, used by models/pool.py
+    (peewee.BaseQuery, "_get_cursor_wrapper", ["self", "cursor"]),
 ]
