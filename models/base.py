@@ -4,6 +4,12 @@ import peewee
 
 from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
+from shopapi.internals import peewee as peewee_internals
+
+# Each model's `get_by_id` query and its SQL, per kind of database: rendered once, as Peewee
+# would render them for every call (its rendering of a model's SELECT costs more than running
+# it: docs/database.md).
+_BY_ID: dict[tuple[type, type], tuple[peewee.ModelSelect, str]] = {}
 
 
 class BaseModel(peewee.Model):
@@ -29,6 +35,21 @@ class BaseModel(peewee.Model):
         row.replace(fields)
         row.save()
         return row
+
+    @classmethod
+    def get_by_id(cls, pk):
+        """The row with this primary key, or `cls.DoesNotExist`, as Peewee's `get_by_id`; its
+        SQL rendered once for the model and the kind of database."""
+        kind = type(database.obj)
+        if (cls, kind) not in _BY_ID:
+            query = cls.select().where(cls._meta.primary_key == 0).limit(1)
+            _BY_ID[cls, kind] = query, query.sql()[0]
+        query, sql = _BY_ID[cls, kind]
+        key = cls._meta.primary_key.db_value(pk)
+        rows = peewee_internals.rows_of(query, database.execute_sql(sql, [key, 1]))
+        if not rows:
+            raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist")
+        return rows[0]
 
     @classmethod
     def get_for_update(cls, id: int):

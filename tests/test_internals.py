@@ -320,6 +320,25 @@ class TestPeewee:
             db.close()
             use(bound)
 
+    def test_get_by_id_from_its_sql_rendered_once_reads_as_peewees_own(self, tmp_path):
+        """models/base.py's `get_by_id` runs SQL rendered once through `rows_of`: the row it
+        reads is Peewee's own, every time, and a missing one is the model's DoesNotExist."""
+        db = open_database(f"sqlite:///{tmp_path}/by_id.db")
+        bound = database.obj
+        try:
+            use(db)
+            db.create_tables([Product])
+            made = [Product.create(sku=f"ID-{n}", name="n", price_cents=n) for n in range(3)]
+            for product in [*made, made[0]]:
+                read = Product.get_by_id(product.id)
+                own = Product.get(Product.id == product.id)
+                assert read.__data__ == own.__data__ and read.created_at.tzinfo is not None
+            with pytest.raises(Product.DoesNotExist):
+                Product.get_by_id(max(p.id for p in made) + 1)
+        finally:
+            db.close()
+            use(bound)
+
     def test_every_query_of_a_model_passes_through_its_database_proxy(self, tmp_path):
         """models/routing.py sends a read-routed request's queries to its replica from the proxy
         the models are bound to: Peewee must call the proxy's execute() for a model's queries,
