@@ -118,7 +118,7 @@ def list_orders(expand=(), **params):
         orders,
         params,
         _shown(expand),
-        fetch=lambda page: _expanded(Order.with_items(page), expand),
+        load=lambda page: _expanded(Order.with_items(page), expand),
         reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
         kept=["user"] if "user" in expand else [],
     )
@@ -137,7 +137,7 @@ def list_user_orders(id, **params):
     orders = Order.select().where(Order.user == user_id)
     # The user read first is read by the list too: its tag moves when the user goes.
     return list_response(
-        Order, orders, params, represent, fetch=Order.with_items, reads=(OrderItem, User)
+        Order, orders, params, represent, load=Order.with_items, reads=(OrderItem, User)
     )
 
 

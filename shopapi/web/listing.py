@@ -232,14 +232,14 @@ def _release() -> str:
 
 
 def _unchanged_since(
-    statement: tuple, fetch, reads, asked_count
+    statement: tuple, own_fetch: bool, reads, asked_count
 ) -> tuple[frozenset, str | None, str]:
     """The tables the page reads, their versions (None when a write to one would not move them)
     and the page's weak ETag, which those versions, the page's query (`statement`, its SQL and
     parameters), the request and the caller's visibility decide before anything else is read."""
     sql, params = statement
     tables = table_versions.tables_read_by(sql) | {m._meta.table_name for m in reads}
-    if (fetch is not list and not reads) or not table_versions.versioned(tables):
+    if (own_fetch and not reads) or not table_versions.versioned(tables):
         return tables, None, None  # what the page reads is not all known: its body is hashed
     versions = table_versions.versions_of(tables)
     principal = current_principal()
@@ -248,25 +248,30 @@ def _unchanged_since(
     return tables, versions, etags.list_tag(versions, sql, params, visibility, request)
 
 
-def _page(ordered, statement: tuple, fetch, limit: int, offset: int) -> list:
-    """At most `limit` rows of `ordered` from `offset`. Fetched as they are (`fetch` is list),
-    they run from `statement`, `ordered`'s SQL as rendered for the tag and the count, with the
-    page's LIMIT and OFFSET added, where Peewee would render the whole query again (an eighth
-    of a list's instructions, docs/web.md)."""
+def _page(ordered, statement: tuple, fetch, load, limit: int, offset: int) -> list:
+    """At most `limit` rows of `ordered` from `offset`, with what `load` loads into them. Unless
+    `fetch` runs the query its own way, they run from `statement`, `ordered`'s SQL as rendered
+    for the tag and the count, with the page's LIMIT and OFFSET added, where Peewee would render
+    the whole query again (an eighth of a list's instructions, docs/web.md)."""
     if fetch is not list:
-        return fetch(ordered.limit(limit).offset(offset))
+        return load(fetch(ordered.limit(limit).offset(offset)))
     sql, params = statement
     page = f"{sql} LIMIT {database.param} OFFSET {database.param}"
-    return peewee_internals.rows_of(ordered, database.execute_sql(page, [*params, limit, offset]))
+    rows = peewee_internals.rows_of(ordered, database.execute_sql(page, [*params, limit, offset]))
+    return load(rows)
 
 
-def list_response(model, query, params: dict, represent, *, fetch=list, reads=(), kept=()):
+def list_response(
+    model, query, params: dict, represent, *, fetch=list, load=list, reads=(), kept=()
+):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
-    `params`, each row shown by `represent`; `fetch` runs the page's query (to load related
-    rows along with it), and `reads` names the other models it and `represent` read, and those
-    the handler read before (the parent whose list it is): every read of the request's is in
-    the list's tag, which a revalidation is answered from (shopapi/pipeline/revalidation.py).
-    `kept`: top-level fields that `fields` does not select away (what the request expanded)."""
+    `params`, each row shown by `represent`. Related rows: `load` loads them into the page's
+    rows (a list, which it returns), or `fetch`, where that needs the page's query (Peewee's
+    prefetch), runs it and loads them. `reads` names the other models those and `represent`
+    read, and those the handler read before (the parent whose list it is): every read of the
+    request's is in the list's tag, which a revalidation is answered from
+    (shopapi/pipeline/revalidation.py). `kept`: top-level fields that `fields` does not select
+    away (what the request expanded)."""
     request = ListRequest(model, params)
     secret = configured().settings.hmac_secret
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -277,7 +282,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
     ordered = query.order_by(*(_order(field, desc) for field, desc in request.keys))
     per_page = request.per_page
     statement = ordered.sql()  # rendered once: the ETag's and the count's
-    tables, versions, tag = _unchanged_since(statement, fetch, reads, asked_count)
+    own_fetch = fetch is not list or load is not list
+    tables, versions, tag = _unchanged_since(statement, own_fetch, reads, asked_count)
     if tag is not None:
         revalidations.note(tables, versions, tag)
         if etags.revalidated(tag):
@@ -285,7 +291,8 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
 
     if request.cursor is not None:
         position = request.read_position(request.cursor, secret)
-        rows = fetch(ordered.where(keyset_after(request.keys, position)).limit(per_page + 1))
+        after = ordered.where(keyset_after(request.keys, position))
+        rows = load(fetch(after.limit(per_page + 1)))
         more = len(rows) > per_page
         rows = rows[:per_page]
         meta = {"per_page": per_page}
@@ -297,11 +304,11 @@ def list_response(model, query, params: dict, represent, *, fetch=list, reads=()
         total_pages = None if total is None else math.ceil(total / per_page)
         offset = (page - 1) * per_page
         if counted == "exact":
-            rows = _page(ordered, statement, fetch, per_page, offset)
+            rows = _page(ordered, statement, fetch, load, per_page, offset)
             more = page < total_pages
         else:
             # Not counted, or estimated: one row more than the page says whether another follows.
-            rows = _page(ordered, statement, fetch, per_page + 1, offset)
+            rows = _page(ordered, statement, fetch, load, per_page + 1, offset)
             more = len(rows) > per_page
             rows = rows[:per_page]
         meta = {"page": page, "per_page": per_page}
