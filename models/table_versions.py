@@ -64,7 +64,10 @@ def _which_database() -> str:
 
 def versions_of(tables: frozenset[str]) -> str:
     """The counters of `tables` as one string, which changes whenever any of them is written."""
-    (versions,) = database.execute(peewee.Select(columns=[_versions_sql(tables)])).fetchone()
+    # Its SQL as it is, not a Select of it for Peewee to render: every list and revalidation
+    # reads it.
+    versions_sql = _versions_sql(tables)
+    (versions,) = database.execute_sql(f"SELECT {versions_sql.sql}", versions_sql.params).fetchone()
     return f"{_which_database()}/{versions}"
 
 
