@@ -1,7 +1,7 @@
 """Peewee's private API, each use held by tests/test_internals.py (TestPeewee).
 
-A list's page runs from the statement its handler rendered once (shopapi/web/listing.py), and
-its rows become what the query itself would make of them: `rows_of`.
+A list's page and `get_by_id` run from SQL rendered once (shopapi/web/listing.py,
+models/base.py), and their rows become what the query itself would make of them: `rows_of`.
 
 Peewee's pool documents its options (max_connections, stale_timeout, timeout), not the steps
 by which it checks and reuses a connection: models/pool.py changes when a connection is

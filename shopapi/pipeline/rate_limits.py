@@ -57,10 +57,9 @@ class RateLimitMiddleware:
             return
         if limit is not None:
             caller = caller_of(scope)
-            answer = await self.counter.hit_and_get(
-                limit, (operation.id, caller), self._mark_key(scope, caller)
-            )
-            _admit(scope, operation, self._read_along(scope, answer), counted=True)
+            mark_key = self._mark_key(scope, caller)
+            answer = await self.counter.hit_and_get(limit, (operation.id, caller), mark_key)
+            _admit(scope, operation, _read_along(scope, answer, mark_key), counted=True)
         await self.app(scope, receive, send)
 
     def _mark_key(self, scope: Scope, caller: str) -> str:
@@ -68,15 +67,6 @@ class RateLimitMiddleware:
         "" (nothing read along)."""
         reads = self.marks is not None and scope["method"] in READ_METHODS
         return self.marks.key_of(caller) if reads else ""
-
-    def _read_along(self, scope: Scope, answer: tuple[Usage, bytes | None] | None) -> Usage | None:
-        """The usage of the counter's answer, its mark read along kept for read routing."""
-        if answer is None:
-            return None
-        usage, mark = answer
-        if self.marks is not None and scope["method"] in READ_METHODS:
-            scope["state"][READ_ALONG] = mark
-        return usage
 
     async def _revalidation(
         self, scope: Scope, receive: Receive, send: Send, operation: Operation, limit
@@ -87,10 +77,9 @@ class RateLimitMiddleware:
         refund. A caller sending many at once may pass its limit by as many as it had in
         flight."""
         caller = caller_of(scope)
-        answer = await self.counter.peek_and_get(
-            limit, (operation.id, caller), self._mark_key(scope, caller)
-        )
-        _admit(scope, operation, self._read_along(scope, answer), counted=False)
+        mark_key = self._mark_key(scope, caller)
+        answer = await self.counter.peek_and_get(limit, (operation.id, caller), mark_key)
+        _admit(scope, operation, _read_along(scope, answer, mark_key), counted=False)
         started = False
 
         async def send_counting(message: Message) -> None:
@@ -111,6 +100,19 @@ class RateLimitMiddleware:
                 if usage is not None:
                     scope["state"]["rate_limit"] = usage
             raise
+
+
+def _read_along(
+    scope: Scope, answer: tuple[Usage, bytes | None] | None, mark_key: str
+) -> Usage | None:
+    """The usage of the counter's answer; the caller's write mark read along (under `mark_key`,
+    if any) kept in the scope's state for read routing."""
+    if answer is None:
+        return None
+    usage, mark = answer
+    if mark_key:
+        scope["state"][READ_ALONG] = mark
+    return usage
 
 
 def _admit(scope: Scope, operation: Operation, usage: Usage | None, counted: bool) -> None:
