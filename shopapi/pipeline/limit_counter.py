@@ -103,8 +103,6 @@ class LimitCounter:
         forget_ended_every: float = FORGET_ENDED_WINDOWS_EVERY,
     ):
         self.storage = _storage(storage_uri)
-        # Whether a hit can read another key of its Redis along (`hit_and_get`).
-        self.in_redis = not storage_uri.startswith("memory")
         self._outages = Outages("rate limit storage", "serving without limits", RETRY_STORAGE_AFTER)
         # When each key's current window ends (wall clock), as far as this process knows: the
         # storage is asked only for windows this process has not seen start.
@@ -126,7 +124,8 @@ class LimitCounter:
     async def hit_and_get(
         self, limit: limits.RateLimitItem, identifiers: tuple[str, ...], other_key: str = ""
     ) -> tuple[Usage, bytes | None] | None:
-        """Count one hit, and read `other_key` of the same Redis in the same round trip (none
+        """Count one hit, and read `other_key` of the same Redis (counts in Redis only) in the same
+        round trip (none
         without one): the usage and that key's value; None when the storage is unavailable."""
         if self._outages.pausing:
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()

@@ -43,9 +43,10 @@ class RateLimitMiddleware:
         self.counter = counter
         self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
         self.attempt_limits = declared_attempt_limits(operations, scale)
-        # With replicas and the counts in Redis, a read's hit reads its caller's write mark
-        # along (read routing, just inside, needs it): one round trip where there were two.
-        self.marks = marks if counter.in_redis else None
+        # With replicas, the marks in Redis are in the counts' Redis (both SHARED_STORE_URL): a
+        # read's hit reads its caller's write mark along (read routing, just inside, needs it),
+        # one round trip where there were two.
+        self.marks = marks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         operation = operation_of(scope) if scope["type"] == "http" else None
