@@ -124,9 +124,9 @@ class LimitCounter:
     async def hit_and_get(
         self, limit: limits.RateLimitItem, identifiers: tuple[str, ...], other_key: str = ""
     ) -> tuple[Usage, bytes | None] | None:
-        """Count one hit, and read `other_key` of the same Redis (counts in Redis only) in the same
-        round trip (none
-        without one): the usage and that key's value; None when the storage is unavailable."""
+        """Count one hit, and read `other_key` of the same Redis (counts in Redis only) in the
+        same round trip (none without one): the usage and that key's value; None when the
+        storage is unavailable."""
         if self._outages.pausing:
             metrics.RATE_LIMIT_STORAGE_ERRORS.inc()
             return None
