@@ -18,6 +18,7 @@ from support.helpers import (
     bearer_for,
     create_product,
     create_user,
+    locked,
     place_order,
     scalar,
     wait_for,
@@ -261,6 +262,40 @@ def test_a_web_app_on_an_allowed_origin_may_open_and_read_a_stream(base, admin):
         created = create_product(admin)
         [event] = events.events(1)
         assert event["data"]["resource_id"] == created["id"]
+
+
+def test_a_write_made_while_the_poller_starts_reaches_the_first_stream(
+    database_url, direct_database_url
+):
+    """A process's first stream starts its poller, whose first reads (the revocations, then the
+    newest event) may come after the stream's starting point is read: a write in between is the
+    stream's all the same, caught up to where the poller starts from."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the poller's first read is held by a lock on one PostgreSQL table")
+    poller_waits = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND query LIKE '%revocation%'"
+    )
+    # A process of its own: no stream has started its poller, no request read its revocations
+    # (a client's token has none to check), so the poller's first poll reads them.
+    with (
+        live_server(direct_database_url, **SERVER) as base,
+        httpx.Client(base_url=base, headers=bearer(), timeout=WAIT_SECONDS) as admin,
+        contextlib.ExitStack() as held,
+    ):
+        held.enter_context(
+            locked(direct_database_url, "LOCK TABLE revocation IN ACCESS EXCLUSIVE MODE")
+        )
+        with stream(base, bearer("client:first-stream", ["products:read"])) as events:
+            wait_for(
+                lambda: scalar(direct_database_url, poller_waits),
+                "the poller's first read to wait for the revocations",
+            )
+            created = create_product(admin)
+            held.close()  # the poller reads on, from after the write
+            [event] = events.events(1)
+    assert event["data"]["resource_id"] == created["id"]
+    assert int(event["id"]) > int(events.opening["id"])
 
 
 # --- what ends a stream -----------------------------------------------------------------------

@@ -140,7 +140,7 @@ class EventStreams:
 
     async def current_head(self) -> int:
         """The id up to which every event has been handed out (read now if the poller has not
-        yet): what a resuming stream catches up to from the database."""
+        yet): what a stream catches up to from the database before it takes what is offered."""
         if self.head is None:
             latest = await self.read(Event.latest_id)
             if self.head is None:

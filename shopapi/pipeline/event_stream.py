@@ -73,9 +73,12 @@ class EventStreamMiddleware:
         metrics.EVENT_STREAMS.inc()
         try:
             if last_event_id is None:  # from the newest event on, whatever the poller has read
-                start, catch_up_to = await self.streams.read(Event.latest_id), None
+                start = await self.streams.read(Event.latest_id)
             else:
-                start, catch_up_to = last_event_id, await self.streams.current_head()
+                start = last_event_id
+            # The poller offers this stream what comes after its head, which may be past `start`:
+            # a new poller's first head is read after the stream's start, maybe after a write.
+            catch_up_to = await self.streams.current_head()
             stream = _Stream(scope, send, principal, subscription)
             await stream.run(self, start, catch_up_to, receive, deadline)
         finally:
@@ -119,7 +122,7 @@ class _Stream:
         self.version = version_of(scope)
 
     async def run(
-        self, layer: EventStreamMiddleware, start: int, catch_up_to, receive, deadline: float
+        self, layer: EventStreamMiddleware, start: int, catch_up_to: int, receive, deadline: float
     ) -> None:
         """Until the stream ends: its lifetime is over, or its subscription ended (revoked,
         disconnected, ...). The response's end is the caller's to send."""
@@ -134,7 +137,7 @@ class _Stream:
                     # An end cuts short what the stream waits for: a catch-up read, a write the
                     # client does not take.
                     self.subscription.on_end = functools.partial(_expire, lifetime)
-                    if catch_up_to is not None and start < catch_up_to:
+                    if start < catch_up_to:
                         await self._catch_up(layer.streams, catch_up_to)
                     await self._live(layer.heartbeat_seconds)
         finally:

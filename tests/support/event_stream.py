@@ -59,9 +59,12 @@ class Stream:
         return message
 
     def events(self, count: int) -> list[dict]:
-        """The next `count` events (keep-alive comments skipped), each with its data parsed."""
+        """The next `count` events (keep-alive comments skipped), each with its data parsed,
+        waited for as long as a test waits for anything (heartbeats do not extend it)."""
+        deadline = time.monotonic() + WAIT_SECONDS
         events = []
         while len(events) < count:
+            assert time.monotonic() < deadline, f"{len(events)} of {count} events came"
             message = self.next_message()
             if "data" in message:
                 events.append({**message, "data": json.loads(message["data"])})
