@@ -71,11 +71,12 @@ def versions_of(tables: frozenset[str]) -> str:
     return f"{_which_database()}/{versions}"
 
 
-def counted_with_versions(query: peewee.SelectQuery, tables: frozenset[str]) -> tuple[str, int]:
-    """The rows of `query` counted, and the counters of `tables` that count holds for: one
-    statement, so that both are read from one snapshot of one database."""
-    wrapped = query.order_by().alias("counted")
-    count = peewee.Select([wrapped], [peewee.fn.COUNT(peewee.SQL("1"))])
-    statement = peewee.Select(columns=[_versions_sql(tables), count])
-    versions, total = database.execute(statement).fetchone()
+def counted_with_versions(statement: tuple[str, list], tables: frozenset[str]) -> tuple[str, int]:
+    """The rows of the query whose SQL and parameters are `statement` counted, and the counters
+    of `tables` that count holds for: one statement, so that both are read from one snapshot of
+    one database. Run from its SQL as it is, as `versions_of` is."""
+    sql, params = statement
+    versions_sql = _versions_sql(tables)
+    counting = f'SELECT {versions_sql.sql}, (SELECT COUNT(1) FROM ({sql}) AS "counted")'
+    versions, total = database.execute_sql(counting, [*versions_sql.params, *params]).fetchone()
     return f"{_which_database()}/{versions}", total

@@ -10,6 +10,7 @@ import functools
 import inspect
 import re
 
+import peewee
 import pytest
 from connexion.exceptions import InvalidSpecification
 from playhouse.shortcuts import model_to_dict
@@ -17,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 
 from app import SPEC_DIR
-from models import Product
+from models import Product, money
 from models.db import database, open_database, use
 from models.pool import IdleCheckedPool
 from models.routing import Route, current_route
@@ -319,6 +320,41 @@ class TestPeewee:
             assert isinstance(rows[0].created_at, datetime.datetime)
         finally:
             db.close()
+            use(bound)
+
+    @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+    def test_a_statement_without_its_order_by_is_the_unordered_querys_own(self, tmp_path, kind):
+        """A list's count runs from its statement with the ORDER BY cut off: what Peewee renders
+        for the query unordered, its parameters included, whatever the sort's own parameters
+        and an ORDER BY inside a subquery. Rendered only: no connection."""
+        db = (
+            open_database(f"sqlite:///{tmp_path}/order.db")
+            if kind == "sqlite"
+            else peewee.PostgresqlDatabase("never-connected")
+        )
+        bound = database.obj
+        try:
+            use(db)
+            amount = money.comparable(Product.price_cents, Product.currency)
+            cheapest = Product.select(Product.id).order_by(Product.price_cents).limit(5)
+            queries = [
+                Product.select(),
+                Product.select().where(Product.category == "books", Product.stock > 3),
+                Product.select(Product, amount.alias("price_amount")).where(amount >= 5000),
+                Product.select().where(Product.id.in_(cheapest)),
+            ]
+            orders = [
+                [Product.id],
+                [Product.description.desc(nulls="FIRST"), Product.id],
+                [amount.asc(nulls="LAST"), Product.id.desc()],
+                [peewee.Case(Product.category, [("books", 0)], 1), Product.id],  # a parameter
+            ]
+            for query in queries:
+                for order in orders:
+                    ordered = query.order_by(*order)
+                    cut = peewee_internals.without_order_by(ordered.sql(), db.param)
+                    assert cut[0] == query.sql()[0] and list(cut[1]) == list(query.sql()[1])
+        finally:
             use(bound)
 
     def test_get_by_id_from_its_sql_rendered_once_reads_as_peewees_own(self, tmp_path):

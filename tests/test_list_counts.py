@@ -62,6 +62,18 @@ def test_create_delete_and_a_move_across_a_filter_are_counted_in_the_next_list(c
     assert _total(client, "/v1/products?category=coffee") == 1
 
 
+@pytest.mark.parametrize("sort", ["-price.amount", "description", "-name,price.amount"])
+def test_a_sorted_and_filtered_list_counts_the_rows_its_filter_keeps(client, sort):
+    """A count runs the list's own statement with its ORDER BY cut off: whatever the sort (an
+    amount computed in SQL, a column with missing values), it counts what the filter keeps."""
+    for cents in (100, 250, 400, 900):
+        create_product(client, category="sorted-count", price_cents=cents)
+    filtered = {"category": "sorted-count", "price.amount[gte]": "2.5", "sort": sort}
+    response = client.get("/v2/products", params=filtered)
+    assert response.status_code == 200, response.text
+    assert response.json()["meta"]["total"] == len(response.json()["data"]) == 3
+
+
 def test_a_remembered_count_is_not_counted_again_until_the_table_changes(client):
     for _ in range(3):
         create_product(client, category="tea")

@@ -2,6 +2,7 @@
 
 A list's page and `get_by_id` run from SQL rendered once (shopapi/web/listing.py,
 models/base.py), and their rows become what the query itself would make of them: `rows_of`.
+A list's count runs from the same SQL, its ORDER BY cut off: `without_order_by`.
 
 Peewee's pool documents its options (max_connections, stale_timeout, timeout), not the steps
 by which it checks and reuses a connection: models/pool.py changes when a connection is
@@ -51,6 +52,18 @@ def rows_of(query: peewee.ModelSelect, cursor) -> list:
     """The rows of `cursor`, which ran `query`'s SQL, as `query` would give them: its models,
     with its columns' conversions (Peewee's `_get_cursor_wrapper`)."""
     return list(query._get_cursor_wrapper(cursor))
+
+
+def without_order_by(statement: tuple[str, list], param: str) -> tuple[str, list]:
+    """A query's rendered `statement` (SQL and parameters) as the same query unordered would
+    render: Peewee writes ORDER BY after everything but LIMIT and OFFSET, so a statement without
+    those ends with it, and the parameters its terms took (`param` each) are the last ones."""
+    sql, params = statement
+    head, found, order = sql.rpartition(" ORDER BY ")
+    if not found:
+        return statement
+    taken = order.count(param)
+    return head, list(params[: len(params) - taken])
 
 
 # What the above relies on of Peewee's insides, checked against the installed release by

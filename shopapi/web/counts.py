@@ -11,6 +11,7 @@ import peewee
 
 from models import table_versions
 from models.db import database, is_postgresql
+from shopapi.internals import peewee as peewee_internals
 
 # `count=estimated` counts exactly up to here, and takes the planner's estimate beyond: the count
 # then costs at most this many rows, however long the list.
@@ -93,7 +94,7 @@ def exactly(
     count = remembered.get(key, versions)
     if count is None:
         # Counted with the versions it holds for, which may be newer than `versions`.
-        counted_at, count = table_versions.counted_with_versions(query, tables)
+        counted_at, count = table_versions.counted_with_versions(_unordered(statement), tables)
         if count >= REMEMBERED_FROM:
             remembered.put(key, counted_at, count)
     return count
@@ -117,12 +118,19 @@ def total(
         bounded = query.limit(EXACT_UP_TO + 1).count()
         if bounded <= EXACT_UP_TO:
             return bounded, how
-    return _planned(query), how
+    return _planned(statement), how
 
 
-def _planned(query: peewee.SelectQuery) -> int:
-    """The rows PostgreSQL's planner expects `query` to return: no scan, from its statistics."""
-    sql, params = query.order_by().sql()
+def _unordered(statement: tuple) -> tuple[str, list]:
+    """The list's query as a count runs it: its statement without the ORDER BY, not rendered
+    again (rendering it cost a tenth of a short list's instructions)."""
+    return peewee_internals.without_order_by(statement, database.param)
+
+
+def _planned(statement: tuple) -> int:
+    """The rows PostgreSQL's planner expects the list's query to return: no scan, from its
+    statistics."""
+    sql, params = _unordered(statement)
     (plan,) = database.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
     plan = plan if isinstance(plan, list) else json.loads(plan)
     return max(int(plan[0]["Plan"]["Plan Rows"]), 0)
