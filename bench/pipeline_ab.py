@@ -28,6 +28,7 @@ MIXED = {
     "filtered": "a filtered list",
     "order": "an order placed with an Idempotency-Key",
     "revalidated": "the list revalidated with If-None-Match (304)",
+    "orders": "a list of 20 orders with their items",
 }
 # AB_REQUESTS=list or AB_REQUESTS=order: the mix is only those requests (the child reads it too).
 # `revalidated` is not in the default mix: the order placed before it changes the list.
@@ -138,6 +139,10 @@ async def keyed_order():
     assert await call("POST", "/v1/orders", b"", [*JSON, *key], order) == 201
 
 
+async def orders_list():
+    assert await call("GET", "/v1/orders", b"sort=-created_at&per_page=20") == 200
+
+
 async def revalidated_list():
     if b"etag" not in tags:
         await sorted_list()
@@ -149,6 +154,7 @@ async def revalidated_list():
 REQUESTS = {
     "list": sorted_list, "list_v3": sorted_list_v3, "product": product,
     "filtered": filtered_list, "order": keyed_order, "revalidated": revalidated_list,
+    "orders": orders_list,
 }
 chosen = [REQUESTS[name] for name in os.environ["AB_REQUESTS"].split(",")]
 
@@ -171,6 +177,10 @@ async def main():
                    "currency": "EUR", "stock": 1_000_000,
                    "category": "books" if n % 2 else "music"}
         assert await call("POST", "/v1/products", b"", JSON, json.dumps(product).encode()) == 201
+    for n in range(20):  # what the list of orders lists
+        items = [{"product_id": 1 + n, "quantity": 1}, {"product_id": 21 + n, "quantity": 2}]
+        order = json.dumps({"user_id": 1, "items": items}).encode()
+        assert await call("POST", "/v1/orders", b"", JSON, order) == 201
     for line in sys.stdin:
         rounds = int(line.split()[1])
         counting = line.split()[0] == "count"  # under callgrind: these rounds' instructions
