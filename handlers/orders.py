@@ -15,6 +15,7 @@ from connexion.exceptions import Forbidden
 from handlers.product_representation import represent_product
 from handlers.users import represent as represent_user
 from models import Order, OrderItem, Product, User
+from models.base import where_in
 from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
@@ -83,13 +84,13 @@ def _expanded(orders: list[Order], expand: list[str]) -> list[Order]:
     whatever the number of orders. An order the caller reaches has a user it reaches."""
     if "user" in expand and orders:
         wanted = {order.user_id for order in orders}
-        users = {user.id: user for user in User.select().where(User.id.in_(wanted))}
+        users = {user.id: user for user in where_in(User.id, sorted(wanted))}
         for order in orders:
             order.expanded_user = users[order.user_id]
     items = [item for order in orders for item in order.items]
     if "items.product" in expand and items:
         wanted = {item.product_id for item in items}
-        products = {p.id: p for p in Product.select().where(Product.id.in_(wanted))}
+        products = {p.id: p for p in where_in(Product.id, sorted(wanted))}
         for item in items:
             item.expanded_product = products[item.product_id]
     return orders

@@ -10,6 +10,10 @@ from shopapi.internals import peewee as peewee_internals
 # would render them for every call (its rendering of a model's SELECT costs more than running
 # it: docs/database.md).
 _BY_ID: dict[tuple[type, type], tuple[peewee.ModelSelect, str]] = {}
+# The same for `where_in`, per field and number of values, up to this many values (a
+# page's largest): the SQL of an `IN` list is not rendered for every page.
+_IN: dict[tuple, tuple[peewee.ModelSelect, str]] = {}
+RENDERED_ONCE_UP_TO = 100
 
 
 class BaseModel(peewee.Model):
@@ -97,3 +101,21 @@ class BaseModel(peewee.Model):
             return True
         setattr(self, name, value)
         return getattr(self, name) != before
+
+
+def where_in(field: peewee.Field, values: list) -> list:
+    """The rows of `field`'s model whose `field` is one of `values`, in primary key order:
+    Peewee's own rows, their SQL rendered once for the field, the number of values and the
+    kind of database, as `get_by_id`'s."""
+    if not values:
+        return []
+    model = field.model
+    key = (model, field.name, len(values), type(database.obj))
+    if key not in _IN:
+        query = model.select().where(field.in_(values)).order_by(model._meta.primary_key)
+        if len(values) > RENDERED_ONCE_UP_TO:
+            return list(query)
+        _IN[key] = query, query.sql()[0]
+    query, sql = _IN[key]
+    params = [field.db_value(value) for value in values]
+    return peewee_internals.rows_of(query, database.execute_sql(sql, params))

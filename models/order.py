@@ -3,7 +3,7 @@ from typing import ClassVar
 
 import peewee
 
-from models.base import BaseModel
+from models.base import BaseModel, where_in
 from models.db import database
 from models.errors import Conflict, InvalidReference, TransitionNotAllowed
 from models.fields import utc_now
@@ -43,7 +43,7 @@ class Order(BaseModel):
             if not User.select().where(User.id == user_id).exists():
                 raise InvalidReference("/user_id", f"There is no user {user_id}.")
             wanted = [item["product_id"] for item in items]
-            products = {p.id: p for p in Product.select().where(Product.id.in_(wanted))}
+            products = {p.id: p for p in where_in(Product.id, wanted)}
             for index, item in enumerate(items):
                 product = products.get(item["product_id"])
                 where = f"/items/{index}/product_id"
@@ -88,10 +88,8 @@ class Order(BaseModel):
         the CPU of a list of orders in building and matching it.)"""
         orders = list(orders)
         items = collections.defaultdict(list)
-        if orders:
-            of_these = OrderItem.order.in_([order.id for order in orders])
-            for item in OrderItem.select().where(of_these).order_by(OrderItem.id):
-                items[item.order_id].append(item)
+        for item in where_in(OrderItem.order, [order.id for order in orders]):
+            items[item.order_id].append(item)
         for order in orders:
             order.items = items[order.id]
         return orders

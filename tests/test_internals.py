@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 
 from app import SPEC_DIR
-from models import Product, money
+from models import Product, base, money
 from models.db import database, open_database, use
 from models.pool import IdleCheckedPool
 from models.routing import Route, current_route
@@ -372,6 +372,29 @@ class TestPeewee:
                 assert model_to_dict(read) == model_to_dict(own) and read.created_at.tzinfo
             with pytest.raises(Product.DoesNotExist):
                 Product.get_by_id(max(p.id for p in made) + 1)
+        finally:
+            db.close()
+            use(bound)
+
+    def test_where_in_from_its_sql_rendered_once_reads_as_peewees_own(self, tmp_path):
+        """models/base.py's `where_in` runs SQL rendered once per number of values: each call
+        reads Peewee's own rows for its own values, in id order, however many (beyond those it
+        renders once too)."""
+        db = open_database(f"sqlite:///{tmp_path}/where_in.db")
+        bound = database.obj
+        try:
+            use(db)
+            db.create_tables([Product])
+            made = [
+                Product.create(sku=f"IN-{n}", name="n", price_cents=n)
+                for n in range(base.RENDERED_ONCE_UP_TO + 2)
+            ]
+            ids = [product.id for product in made]
+            for wanted in ([ids[2], ids[0]], [ids[1], ids[3]], ids, [ids[4]], []):
+                own = Product.select().where(Product.id.in_(wanted)).order_by(Product.id)
+                read = base.where_in(Product.id, wanted)
+                assert [model_to_dict(p) for p in read] == [model_to_dict(p) for p in own]
+                assert all(isinstance(p, Product) and p.created_at.tzinfo for p in read)
         finally:
             db.close()
             use(bound)
