@@ -29,6 +29,7 @@ MIXED = {
     "order": "an order placed with an Idempotency-Key",
     "revalidated": "the list revalidated with If-None-Match (304)",
     "orders": "a list of 20 orders with their items",
+    "patch": "a product patched",
 }
 # AB_REQUESTS=list or AB_REQUESTS=order: the mix is only those requests (the child reads it too).
 # `revalidated` is not in the default mix: the order placed before it changes the list.
@@ -143,6 +144,12 @@ async def orders_list():
     assert await call("GET", "/v1/orders", b"sort=-created_at&per_page=20") == 200
 
 
+async def patched_product():
+    change = json.dumps({"stock": 1_000_000 + next(keys)}).encode()
+    merge = [(b"content-type", b"application/merge-patch+json")]
+    assert await call("PATCH", "/v1/products/9", b"", merge, change) == 200
+
+
 async def revalidated_list():
     if b"etag" not in tags:
         await sorted_list()
@@ -154,7 +161,7 @@ async def revalidated_list():
 REQUESTS = {
     "list": sorted_list, "list_v3": sorted_list_v3, "product": product,
     "filtered": filtered_list, "order": keyed_order, "revalidated": revalidated_list,
-    "orders": orders_list,
+    "orders": orders_list, "patch": patched_product,
 }
 chosen = [REQUESTS[name] for name in os.environ["AB_REQUESTS"].split(",")]
 
