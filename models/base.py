@@ -6,10 +6,10 @@ from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
 from shopapi.internals import peewee as peewee_internals
 
-# Each model's `get_by_id` query and its SQL, per kind of database: rendered once, as Peewee
-# would render them for every call (its rendering of a model's SELECT costs more than running
-# it: docs/database.md).
-_BY_ID: dict[tuple[type, type], tuple[peewee.ModelSelect, str]] = {}
+# Each model's `get_by_id` query and its SQL, per kind of database, and `get_for_update`'s when
+# it locks: rendered once, as Peewee would render them for every call (its rendering of a
+# model's SELECT costs more than running it: docs/database.md).
+_BY_ID: dict[tuple[type, type, bool], tuple[peewee.ModelSelect, str]] = {}
 # The same for `where_in`, per field and number of values, up to this many values (a
 # page's largest): the SQL of an `IN` list is not rendered for every page.
 _IN: dict[tuple, tuple[peewee.ModelSelect, str]] = {}
@@ -44,16 +44,7 @@ class BaseModel(peewee.Model):
     def get_by_id(cls, pk):
         """The row with this primary key, or `cls.DoesNotExist`, as Peewee's `get_by_id`; its
         SQL rendered once for the model and the kind of database."""
-        kind = type(database.obj)
-        if (cls, kind) not in _BY_ID:
-            query = cls.select().where(cls._meta.primary_key == 0).limit(1)
-            _BY_ID[cls, kind] = query, query.sql()[0]
-        query, sql = _BY_ID[cls, kind]
-        key = cls._meta.primary_key.db_value(pk)
-        rows = peewee_internals.rows_of(query, database.execute_sql(sql, [key, 1]))
-        if not rows:
-            raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist")
-        return rows[0]
+        return cls._one(pk, locked=False)
 
     @classmethod
     def get_for_update(cls, id: int):
@@ -62,10 +53,22 @@ class BaseModel(peewee.Model):
         holds the database's write lock (BEGIN IMMEDIATE, see models.db), and Peewee refuses
         FOR UPDATE there. Outside a transaction a lock would end with the statement, so none is
         taken and the read is the same as `get_by_id`'s."""
-        query = cls.select().where(cls.id == id)
-        if is_postgresql() and database.in_transaction():
-            query = query.for_update()
-        return query.get()
+        return cls._one(id, locked=is_postgresql() and database.in_transaction())
+
+    @classmethod
+    def _one(cls, pk, locked: bool):
+        kind = type(database.obj)
+        if (cls, kind, locked) not in _BY_ID:
+            query = cls.select().where(cls._meta.primary_key == 0).limit(1)
+            if locked:
+                query = query.for_update()
+            _BY_ID[cls, kind, locked] = query, query.sql()[0]
+        query, sql = _BY_ID[cls, kind, locked]
+        key = cls._meta.primary_key.db_value(pk)
+        rows = peewee_internals.rows_of(query, database.execute_sql(sql, [key, 1]))
+        if not rows:
+            raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist")
+        return rows[0]
 
     def assign(self, changes: dict) -> bool:
         """Set the writable fields named in `changes` (a merge patch: absent fields stay).

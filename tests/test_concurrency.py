@@ -1,11 +1,16 @@
 """Orders racing for the same stock, against a real server with its real thread pool."""
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg2
 import pytest
-from support.helpers import bearer, bearer_for
+from support.helpers import bearer, bearer_for, create_product
 from support.live import live_server
+
+from models import Product
+from models.db import database
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +85,26 @@ def test_every_thread_that_holds_a_connection_has_one_of_its_own(app, database_u
 
         assert statuses.count(201) == 48, statuses
         assert statuses.count(200) == 48, statuses
+
+
+def test_a_row_read_for_update_is_locked_until_its_transaction_ends(
+    client, database_url, direct_database_url
+):
+    """`get_for_update` (models/base.py), from SQL rendered once, locks the row it reads on
+    PostgreSQL, for the rest of the transaction: another writer cannot take it meanwhile."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a SQLite transaction holds the whole database's write lock")
+    product = create_product(client)
+    with database.connection_context():
+        with database.atomic():
+            assert Product.get_for_update(product["id"]).sku == product["sku"]
+            with pytest.raises(psycopg2.errors.LockNotAvailable):
+                _take_at_once(direct_database_url, product["id"])
+        _take_at_once(direct_database_url, product["id"])
+
+
+def _take_at_once(database_url: str, product_id: int) -> None:
+    """Lock the product's row on a connection of its own, or fail at once if another holds it."""
+    with contextlib.closing(psycopg2.connect(database_url)) as connection:
+        statement = "SELECT 1 FROM product WHERE id = %s FOR UPDATE NOWAIT"
+        connection.cursor().execute(statement, (product_id,))
