@@ -69,15 +69,15 @@ class ObservabilityMiddleware:
             metrics.PROBES.labels(operation, status).inc()
             if status < 400:
                 return
-            fields = _log_fields(scope, path, operation, routed.route, status, seconds)
-            log.info("request", extra={"fields": fields})
+            _log_request(_log_fields(scope, path, operation, routed.route, status, seconds))
             return
-        metrics.REQUESTS.labels(operation, method, status).inc()
+        labels = (operation, method, status)
+        metrics.REQUESTS_SERIES[labels].inc()
         fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)
-        log.info("request", extra={"fields": fields})
+        _log_request(fields)
         if operation in self.long_lived:
             return
-        metrics.DURATION.labels(operation, method, status).observe(seconds)
+        metrics.DURATION_SERIES[labels].observe(seconds)
         if seconds * 1000 > self.slow_request_ms:
             metrics.SLOW_REQUESTS.labels(operation, method).inc()
             log.warning(
@@ -87,6 +87,15 @@ class ObservabilityMiddleware:
             )
             if self.alerts is not None:
                 self.alerts.slow_request(fields, self.slow_request_ms)
+
+
+def _log_request(fields: dict) -> None:
+    """The request's line, made as `log.info` would make it but for looking for the file and line
+    that logged it (a walk up the stack), which the JSON lines do not show."""
+    if log.isEnabledFor(logging.INFO):
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, "request", (), None)
+        record.fields = fields
+        log.handle(record)
 
 
 def _unrouted(scope: Scope) -> str:

@@ -29,6 +29,19 @@ def method_label(method: str) -> str:
     return method if method in METHODS else OTHER_METHOD
 
 
+class Series(dict):
+    """A labelled metric's series by their label values, each looked up once: prometheus_client's
+    `labels()` checks and converts its values on every call, and a response records two."""
+
+    def __init__(self, metric):
+        super().__init__()
+        self.metric = metric
+
+    def __missing__(self, values: tuple):
+        series = self[values] = self.metric.labels(*values)
+        return series
+
+
 REQUESTS = Counter(
     "http_requests_total",
     "Responses, by operation, method and status.",
@@ -40,6 +53,9 @@ DURATION = Histogram(
     ["operation", "method", "status"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# Bounded as the metrics are: by the operations, methods and statuses there are.
+REQUESTS_SERIES = Series(REQUESTS)
+DURATION_SERIES = Series(DURATION)
 IN_FLIGHT = Gauge(
     "http_requests_in_flight",
     "Requests being handled now.",
