@@ -6,14 +6,23 @@ from models.db import database, is_postgresql
 from models.fields import UTCDateTimeField, utc_now
 from shopapi.internals import peewee as peewee_internals
 
-# Each model's `get_by_id` query and its SQL, per kind of database, and `get_for_update`'s when
-# it locks: rendered once, as Peewee would render them for every call (its rendering of a
-# model's SELECT costs more than running it: docs/database.md).
-_BY_ID: dict[tuple[type, type, bool], tuple[peewee.ModelSelect, str]] = {}
-# The same for `where_in`, per field and number of values, up to this many values (a
-# page's largest): the SQL of an `IN` list is not rendered for every page.
-_IN: dict[tuple, tuple[peewee.ModelSelect, str]] = {}
+# Queries run often, and their SQL, by what shapes them (the model, the kind of database, ...):
+# rendered once, where Peewee would render them for every call (its rendering of a model's
+# SELECT costs more than running it: docs/database.md). `get_by_id`'s and `get_for_update`'s,
+# one a model; `where_in`'s, one a field and number of values up to this many (a page's
+# largest).
+_RENDERED: dict[tuple, tuple[peewee.ModelSelect, str]] = {}
 RENDERED_ONCE_UP_TO = 100
+
+
+def _rows_rendered_once(shape: tuple, build, params: list) -> list:
+    """The rows of the query `build()` makes, run with `params`: built and rendered the first
+    time a query of this `shape` runs, its SQL run as it is after that."""
+    if shape not in _RENDERED:
+        query = build()
+        _RENDERED[shape] = query, query.sql()[0]
+    query, sql = _RENDERED[shape]
+    return peewee_internals.rows_of(query, database.execute_sql(sql, params))
 
 
 class BaseModel(peewee.Model):
@@ -57,15 +66,12 @@ class BaseModel(peewee.Model):
 
     @classmethod
     def _one(cls, pk, locked: bool):
-        kind = type(database.obj)
-        if (cls, kind, locked) not in _BY_ID:
+        def build():
             query = cls.select().where(cls._meta.primary_key == 0).limit(1)
-            if locked:
-                query = query.for_update()
-            _BY_ID[cls, kind, locked] = query, query.sql()[0]
-        query, sql = _BY_ID[cls, kind, locked]
+            return query.for_update() if locked else query
+
         key = cls._meta.primary_key.db_value(pk)
-        rows = peewee_internals.rows_of(query, database.execute_sql(sql, [key, 1]))
+        rows = _rows_rendered_once((cls, type(database.obj), locked), build, [key, 1])
         if not rows:
             raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist")
         return rows[0]
@@ -113,12 +119,11 @@ def where_in(field: peewee.Field, values: list) -> list:
     if not values:
         return []
     model = field.model
-    key = (model, field.name, len(values), type(database.obj))
-    if key not in _IN:
-        query = model.select().where(field.in_(values)).order_by(model._meta.primary_key)
-        if len(values) > RENDERED_ONCE_UP_TO:
-            return list(query)
-        _IN[key] = query, query.sql()[0]
-    query, sql = _IN[key]
-    params = [field.db_value(value) for value in values]
-    return peewee_internals.rows_of(query, database.execute_sql(sql, params))
+
+    def build():
+        return model.select().where(field.in_(values)).order_by(model._meta.primary_key)
+
+    if len(values) > RENDERED_ONCE_UP_TO:
+        return list(build())
+    shape = (model, field.name, len(values), type(database.obj))
+    return _rows_rendered_once(shape, build, [field.db_value(value) for value in values])

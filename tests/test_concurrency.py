@@ -1,4 +1,5 @@
-"""Orders racing for the same stock, against a real server with its real thread pool."""
+"""Orders racing for the same stock, against a real server with its real thread pool; and the
+row lock that keeps a change's read and write together."""
 
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
