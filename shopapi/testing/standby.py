@@ -66,9 +66,21 @@ class Server:
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"
 
+    @property
+    def log(self) -> pathlib.Path:
+        """The server's log (pg_ctl's `-l`), beside its data directory."""
+        return self.directory.parent / f"{self.directory.name}.log"
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` of its log, for a failure's report ("" before it has one)."""
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
     def start(self) -> None:
-        log = self.directory.parent / f"{self.directory.name}.log"
-        _as_postgres(_bindir() / "pg_ctl", "-D", self.directory, "-l", log, "-w", "-t", 60, "start")
+        _as_postgres(
+            _bindir() / "pg_ctl", "-D", self.directory, "-l", self.log, "-w", "-t", 60, "start"
+        )
 
     def stop(self, mode: str = "fast") -> None:
         _as_postgres(_bindir() / "pg_ctl", "-D", self.directory, "-m", mode, "-w", "stop")

@@ -6,6 +6,7 @@ twice only where the README says it can be."""
 import collections
 import contextlib
 import time
+from functools import partial
 
 import peewee
 
@@ -14,26 +15,49 @@ from support.faults import DEADLINE_SECONDS
 from support.production_layout import Layout
 from support.write_load import WriteLoad
 
+# What a query says when the server it asked is gone: it ended the session without an error the
+# client could read (a crash-restart's SIGQUIT sends a notice, then closes), or is not back yet.
+_SERVER_GONE = (
+    "server closed the connection unexpectedly",
+    "Connection refused",
+    "the database system is starting up",
+    "the database system is shutting down",
+)
 
-def _on_standby(query):
-    """`query()`, asked again when the standby cancelled it: it cancels at once whatever holds
-    back its replay (max_standby_streaming_delay = 0, standby.py), and the primary writes on."""
-    for _ in range(100):
+
+def _on_standby(query, standby: Server, say):
+    """`query()`, asked again until the deadline when the standby cancelled it (it cancels at
+    once whatever holds back its replay: max_standby_streaming_delay = 0, standby.py) or ended
+    its session. Neither says anything of what the faults left: the standby's replay and its
+    rows are what the checks compare. Why a session was lost is said, with the standby's log:
+    the faults are over by now, and nothing here ends a standby's session."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    told = False
+    while True:
         try:
             return query()
         except peewee.OperationalError as error:
-            if "conflict with recovery" not in str(error):
+            gone = any(sign in str(error) for sign in _SERVER_GONE)
+            if not (gone or "conflict with recovery" in str(error)):
                 raise
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the standby did not answer within {DEADLINE_SECONDS} s: {error}\n"
+                    f"{standby.log_tail()}"
+                ) from error
+            if gone and not told:
+                told = True
+                say(f"the checks lost a session with the standby ({error}); its log:")
+                say(standby.log_tail())
             time.sleep(0.05)
-    return query()
 
 
-def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases) -> dict:
+def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases, say) -> dict:
     """Each invariant: {"held": bool, "detail": str}. Waits first for the standby to replay
     everything and the worker to settle every delivery (within a deadline)."""
     replication = layout.replication
     wait_for(
-        lambda: _on_standby(replication.replayed_everything),
+        lambda: _on_standby(replication.replayed_everything, replication.standby, say),
         DEADLINE_SECONDS,
         "the standby to replay everything",
     )
@@ -62,7 +86,11 @@ def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases
     tables = ['"order"', "order_item", "product"]
     holds(
         "the standby equal to the primary",
-        [t for t in tables if _table(primary, t) != _on_standby(lambda: _table(standby, t))],  # noqa: B023
+        [
+            t
+            for t in tables
+            if _table(primary, t) != _on_standby(partial(_table, standby, t), standby, say)
+        ],
         "table(s) differ",
     )
     holds(

@@ -56,7 +56,7 @@ def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
                 )
                 say_when(f"{fault.name}: whole again after {whole - injected:.1f} s")
         ended = time.monotonic()
-        invariants = check(layout, load, initial_stock, phases)
+        invariants = check(layout, load, initial_stock, phases, say)
         say_when("checked")
         longest = _longest_write_served(layout)
     per_fault = _per_fault(phases, load, ended)
