@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
-	bench-replicas soak faults \
+	bench-replicas bench-mix-parts soak faults \
 	profile clean \
 	contract-snapshot contract-tools
 
@@ -172,6 +172,11 @@ bench-ab: install-dev
 # on a busy or shared machine, for small differences (about 5 minutes).
 bench-ab-instructions: install-dev valgrind
 	$(BIN)/python bench/pipeline_ab.py --base $(BASE) --instructions
+
+# Does a request cost more in the mix than alone? The mix against its operations alone, on one
+# server and one PostgreSQL (bench/mix_parts.py, about 5 minutes): bench/results/mix-parts.md.
+bench-mix-parts: install-dev wrk
+	$(BIN)/python bench/mix_parts.py
 
 # Where a worker's CPU goes under the load mix (py-spy): bench/results/profile.md.
 profile: install-dev wrk
