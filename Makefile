@@ -174,7 +174,7 @@ bench-ab-instructions: install-dev valgrind
 	$(BIN)/python bench/pipeline_ab.py --base $(BASE) --instructions
 
 # Does a request cost more in the mix than alone? The mix against its operations alone, on one
-# server and one PostgreSQL (bench/mix_parts.py, about 5 minutes): bench/results/mix-parts.md.
+# server and one PostgreSQL (bench/mix_parts.py, about 7 minutes): bench/results/mix-parts.md.
 bench-mix-parts: install-dev wrk
 	$(BIN)/python bench/mix_parts.py
 

@@ -1,8 +1,9 @@
-"""The mix against its parts (`make bench-mix-parts`, about 5 minutes): does a request cost more
+"""The mix against its parts (`make bench-mix-parts`, about 7 minutes): does a request cost more
 in the mix than alone? One production server (every feature on, Redis rate limits) against one
 PostgreSQL, no standby: each mix of bench/mix.lua (`mix`, `mix_v3`) in rounds interleaved with
-each of its operations alone, under the same wrk load; the app's CPU per request (/proc) of the
-mix beside its operations' weighted by the mix's shares. Writes bench/results/mix-parts.md.
+each of its operations alone, under the same wrk load; the app's and PostgreSQL's CPU per
+request (/proc) of the mix beside its operations' weighted by the mix's shares. Writes
+bench/results/mix-parts.md.
 
     BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/shopapi_bench python bench/mix_parts.py
 

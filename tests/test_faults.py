@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from support.fault_checks import _on_standby
+from support.fault_checks import on_standby
 from support.fault_suite import run
 from support.faults import FAULTS
 from support.helpers import WAIT_SECONDS
@@ -44,12 +44,13 @@ def test_the_checks_read_a_standby_again_that_ended_their_session():
     say so, with the standby's log, and ask again once it is back."""
     with primary_and_standby() as replication:
         standby = replication.standby
-        calls, said, outcome = [], [], {}
+        asked, said, outcome = [], [], {}
         lost = threading.Event()
 
-        def query():
-            calls.append(len(calls))
-            return standby.query("SELECT pg_sleep(600)" if len(calls) == 1 else "SELECT 1")
+        def query():  # the first read is held until the standby goes; the next ones answer
+            first = not asked
+            asked.append(True)
+            return standby.query("SELECT pg_sleep(600)" if first else "SELECT 1")
 
         def say(message):
             said.append(message)
@@ -57,12 +58,12 @@ def test_the_checks_read_a_standby_again_that_ended_their_session():
 
         def read():
             try:
-                outcome["rows"] = _on_standby(query, standby, say)
+                outcome["rows"] = on_standby(query, standby, say)
             except Exception as error:  # asserted below, in the test's thread
                 outcome["error"] = error
                 lost.set()
 
-        reader = threading.Thread(target=read)
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         wait_for(
             lambda: standby.query(

@@ -25,7 +25,7 @@ _SERVER_GONE = (
 )
 
 
-def _on_standby(query, standby: Server, say):
+def on_standby(query, standby: Server, say):
     """`query()`, asked again until the deadline when the standby cancelled it (it cancels at
     once whatever holds back its replay: max_standby_streaming_delay = 0, standby.py) or ended
     its session. Neither says anything of what the faults left: the standby's replay and its
@@ -57,7 +57,7 @@ def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases
     everything and the worker to settle every delivery (within a deadline)."""
     replication = layout.replication
     wait_for(
-        lambda: _on_standby(replication.replayed_everything, replication.standby, say),
+        lambda: on_standby(replication.replayed_everything, replication.standby, say),
         DEADLINE_SECONDS,
         "the standby to replay everything",
     )
@@ -89,7 +89,7 @@ def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases
         [
             t
             for t in tables
-            if _table(primary, t) != _on_standby(partial(_table, standby, t), standby, say)
+            if _table(primary, t) != on_standby(partial(_table, standby, t), standby, say)
         ],
         "table(s) differ",
     )
