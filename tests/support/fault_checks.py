@@ -26,11 +26,12 @@ _SERVER_GONE = (
 
 
 def on_standby(query, standby: Server, say):
-    """`query()`, asked again until the deadline when the standby cancelled it (it cancels at
-    once whatever holds back its replay: max_standby_streaming_delay = 0, standby.py) or ended
-    its session. Neither says anything of what the faults left: the standby's replay and its
-    rows are what the checks compare. Why a session was lost is said, with the standby's log:
-    the faults are over by now, and nothing here ends a standby's session."""
+    """`query()` (a read of the standby; the replay check reads the primary first), asked again
+    until the deadline when the standby cancelled it (it cancels at once whatever holds back its
+    replay: max_standby_streaming_delay = 0, standby.py) or a server ended its session. Neither
+    says anything of what the faults left: the standby's replay and its rows are what the checks
+    compare. A lost session is said, with the standby's log: the faults are over by now, and
+    nothing here ends a session."""
     deadline = time.monotonic() + DEADLINE_SECONDS
     told = False
     while True:
@@ -47,7 +48,7 @@ def on_standby(query, standby: Server, say):
                 ) from error
             if gone and not told:
                 told = True
-                say(f"the checks lost a session with the standby ({error}); its log:")
+                say(f"the checks lost a database session ({error}); the standby's log:")
                 say(standby.log_tail())
             time.sleep(0.05)
 
