@@ -231,6 +231,10 @@ class Hosts:
         command = [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"]
         self._spawn(name, self._namespace(name), command, env)
 
+    def run_in(self, name: str, *command: str) -> str:
+        """`command` run in host `name`'s network namespace (iptables, say); its output."""
+        return _run("ip", "netns", "exec", self._namespace(name), *command)
+
     def address_of(self, name: str) -> str:
         return str(self.addresses[self.names.index(name)])
 

@@ -1,8 +1,11 @@
-"""shopapi's production layout on this machine, for the fault suite: a PostgreSQL primary and its
-hot standby (standby.py), a PgBouncer per app host in front of both, a Redis of its own, app
-hosts in network namespaces behind HAProxy (hosts.py), the webhook worker, and a webhook receiver
-(receiver.py). Everything it starts is stopped and removed on the way out, whatever happened."""
+"""shopapi's production layout on this machine, for the fault suite: the database tier (a
+PostgreSQL primary and its synchronous standby under Patroni, HAProxy finding the primary:
+shopapi/testing/patroni.py), a PgBouncer per app host and one for the worker in front of it, a
+Redis of its own, app hosts in network namespaces behind HAProxy (hosts.py), the webhook worker,
+and a webhook receiver (receiver.py). Everything it starts is stopped and removed on the way out,
+whatever happened."""
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -17,8 +20,9 @@ import time
 from models.db import open_database
 from models.migrations import migrate
 from shopapi.testing.hosts import ROOT, Hosts, unavailable_reason
+from shopapi.testing.patroni import DatabaseTier, database_tier
+from shopapi.testing.patroni import unavailable_reason as tier_unavailable_reason
 from shopapi.testing.pgbouncer import PgBouncer
-from shopapi.testing.standby import Replication, primary_and_standby
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
 from support.receiver import Hold, Receiver, Request
 from support.redis_server import RedisServer
@@ -46,26 +50,29 @@ def unavailable() -> str | None:
         return "`redis-server` is not installed (Debian's redis-server)"
     if shutil.which("pgbouncer") is None and not os.path.exists("/usr/sbin/pgbouncer"):
         return "`pgbouncer` is not installed (Debian's pgbouncer)"
-    return None
+    return tier_unavailable_reason()
 
 
 class DeliverySwitch:
     """The receiver's answer: 200 at once; after `hold()`, each request is kept open until
     `release()`, and its event id noted in `held`. Every request's event id and time of arrival
-    are in `received`."""
+    are in `received`; each `webhook-id` with the bodies it came with, in `bodies`."""
 
     def __init__(self):
         self._hold: Hold | None = None
         self._lock = threading.Lock()
         self.held: list[int] = []
         self.received: list[tuple[int, float]] = []
+        self.bodies: dict[str, set[bytes]] = collections.defaultdict(set)
 
     def __call__(self, request: Request):
+        event = request.json["id"]
         with self._lock:
-            self.received.append((int(request.headers["webhook-id"]), time.monotonic()))
+            self.received.append((event, time.monotonic()))
+            self.bodies[request.headers["webhook-id"]].add(request.body)
             if self._hold is None:
                 return 200
-            self.held.append(int(request.headers["webhook-id"]))
+            self.held.append(event)
             return self._hold
 
     def hold(self) -> None:
@@ -81,7 +88,8 @@ class DeliverySwitch:
 
 @dataclasses.dataclass
 class Layout:
-    replication: Replication
+    replication: DatabaseTier
+    # Each app host's PgBouncer by the host's name, and the worker's ("worker").
     bouncers: dict[str, PgBouncer]
     redis: RedisServer
     hosts: Hosts
@@ -90,14 +98,16 @@ class Layout:
     work_dir: pathlib.Path
     worker: subprocess.Popen | None = None
     workers_started: int = 0
+    # How the worker ended when no fault ended it (it must outlive its database's absence).
+    worker_exits: list[str] = dataclasses.field(default_factory=list)
 
     def start_worker(self) -> None:
-        """`make worker` on app1's PgBouncer, as it would run on that host."""
+        """`make worker` on a host of its own, through that host's PgBouncer."""
         self.workers_started += 1
         log = self.work_dir / f"worker-{self.workers_started}.log"
         env = {
             **os.environ,
-            "DATABASE_URL": self.bouncers["app1"].url(self.replication.primary.url),
+            "DATABASE_URL": self.bouncers["worker"].url(self.replication.url),
             "WEBHOOK_ALLOW_PRIVATE": "1",
             "DELIVERY_POLL_SECONDS": "0.2",
             "DELIVERY_RETRY_BASE_SECONDS": "0.2",
@@ -121,7 +131,9 @@ class Layout:
             self.worker.wait()
 
     def wait_until_whole(self, names=None) -> None:
-        """Every app host (or those `names`) serving and in the balancer's rotation again."""
+        """The database tier whole, and every app host (or those `names`) serving and in the
+        balancer's rotation again."""
+        self.replication.wait_until_whole()
         for name in names or self.hosts.names:
             self.hosts.wait_until_ready(name)
             self.hosts.wait_for_state(name, "UP")
@@ -133,23 +145,21 @@ def production_layout(work_dir: pathlib.Path, host_count: int = 2):
     tokens (support.helpers.bearer)."""
     deliveries = DeliverySwitch()
     with contextlib.ExitStack() as stack:
-        replication = stack.enter_context(primary_and_standby())
-        primary = open_database(replication.primary.url)
+        replication = stack.enter_context(database_tier())
+        primary = open_database(replication.url)
         migrate(primary)
         primary.close_all()
         redis = stack.enter_context(RedisServer())
         bouncers = {}
-        for n in range(host_count):
-            bouncer = PgBouncer(
-                replication.primary.url, aliases={"replica": replication.standby.url}
-            )
+        for name in [f"app{n + 1}" for n in range(host_count)] + ["worker"]:
+            bouncer = PgBouncer(replication.url, aliases={"replica": replication.replica_url})
             stack.callback(bouncer.stop)
-            bouncers[f"app{n + 1}"] = bouncer
+            bouncers[name] = bouncer
 
         def own_bouncer(name: str) -> dict:
             bouncer = bouncers[name]
             return {
-                "DATABASE_URL": hosts.on_gateway(bouncer.url(replication.primary.url)),
+                "DATABASE_URL": hosts.on_gateway(bouncer.url(replication.url)),
                 "DATABASE_REPLICA_URLS": hosts.on_gateway(bouncer.alias_url("replica")),
             }
 
@@ -164,7 +174,7 @@ def production_layout(work_dir: pathlib.Path, host_count: int = 2):
         }
         hosts = Hosts(
             host_count,
-            replication.primary.url,
+            replication.url,
             redis.url,
             env,
             work_dir,
