@@ -33,8 +33,17 @@ PG_HBA = [
     "host replication all 127.0.0.1/32 trust",
     "host all all 127.0.0.1/32 trust",
 ]
+# Each node's WAL volume; a fault fills it. Room for what the settings below keep and more.
+WAL_VOLUME = "384m"
 # Nothing here must survive the machine crashing (a process killed keeps the page cache).
 FAST = {"fsync": "off", "full_page_writes": "off", "shared_buffers": "16MB", "max_connections": 80}
+# Within the WAL volume: what a standby without a slot needs, what a slot may hold.
+WAL_KEPT = {
+    "wal_keep_size": "64MB",
+    "max_slot_wal_keep_size": "128MB",
+    "max_wal_size": "96MB",
+    "min_wal_size": "32MB",
+}
 BALANCER_CONFIG = """global
     maxconn 2000
 defaults
@@ -73,6 +82,8 @@ class Node:
     server: Server
     api_port: int
     config: pathlib.Path
+    # Its WAL's own volume (a small tmpfs when run as root), which a fault can fill.
+    wal_dir: pathlib.Path
     process: subprocess.Popen | None = None
 
     def api(self, path: str) -> int | None:
@@ -97,13 +108,17 @@ class Node:
 
     def start(self) -> None:
         log = self.config.parent / f"{self.name}-patroni.log"
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        # As the postgres user (PostgreSQL refuses root), without a wrapper such as runuser,
+        # which would SIGKILL Patroni 2 s after passing a SIGTERM on, mid-shutdown.
+        user = {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
         with log.open("ab") as output:
             self.process = subprocess.Popen(
-                [*prefix, "patroni", str(self.config)],
+                ["patroni", str(self.config)],
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, "HOME": str(self.config.parent)},
+                **user,
             )
 
     def kill(self) -> None:
@@ -138,6 +153,10 @@ class Node:
         log = self.config.parent / f"{self.name}-patroni.log"
         text = log.read_text(errors="replace") if log.exists() else ""
         return "\n".join(text.splitlines()[-lines:]) + "\n" + self.server.log_tail(lines)
+
+
+def _run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True, text=True)
 
 
 def _pids_of(directory: pathlib.Path) -> list[int]:
@@ -219,7 +238,15 @@ class DatabaseTier:
 
     def _node(self, name: str) -> Node:
         server = Server(self.root / name, free_port())
-        return Node(name, server, free_port(), self.root / f"{name}.yml")
+        wal_dir = self.root / f"{name}-wal"
+        return Node(name, server, free_port(), self.root / f"{name}.yml", wal_dir)
+
+    def _mount_wal_volume(self, node: Node) -> None:
+        node.wal_dir.mkdir()
+        if os.geteuid() == 0:
+            _run("mount", "-t", "tmpfs", "-o", f"size={WAL_VOLUME}", "tmpfs", str(node.wal_dir))
+            shutil.chown(node.wal_dir, "postgres", "postgres")
+            node.wal_dir.chmod(0o700)
 
     def _write_config(self, node: Node) -> None:
         config = yaml.safe_load((OPS / "patroni" / "patroni.yml").read_text())
@@ -231,9 +258,9 @@ class DatabaseTier:
             "connect_address": f"127.0.0.1:{node.api_port}",
         }
         config["bootstrap"]["dcs"].update(TIMINGS)
-        config["bootstrap"]["dcs"]["postgresql"]["parameters"].update(FAST)
+        config["bootstrap"]["dcs"]["postgresql"]["parameters"].update(FAST | WAL_KEPT)
         config["bootstrap"]["pg_hba"] = PG_HBA
-        config["bootstrap"]["initdb"].append("no-sync")
+        config["bootstrap"]["initdb"] += ["no-sync", {"waldir": str(node.wal_dir)}]
         postgresql = config["postgresql"]
         postgresql.update(
             listen=f"127.0.0.1:{node.server.port}",
@@ -247,7 +274,7 @@ class DatabaseTier:
             },
             pg_hba=PG_HBA,
             # A standby's base backup at once (a spread checkpoint takes minutes).
-            basebackup=[{"checkpoint": "fast"}, "no-sync"],
+            basebackup=[{"checkpoint": "fast"}, "no-sync", {"waldir": str(node.wal_dir)}],
         )
         postgresql["parameters"] = {
             **postgresql.get("parameters", {}),
@@ -327,6 +354,8 @@ class DatabaseTier:
         was lost (Patroni makes it a standby of the primary by a base backup)."""
         if rebuilt:
             shutil.rmtree(node.server.directory, ignore_errors=True)
+            for path in node.wal_dir.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         node.start()
 
     def __enter__(self) -> "DatabaseTier":
@@ -336,6 +365,7 @@ class DatabaseTier:
         try:
             self._start_etcd()
             for node in self.nodes:
+                self._mount_wal_volume(node)
                 self._write_config(node)
             self.nodes[0].start()
             wait_for(
@@ -368,6 +398,9 @@ class DatabaseTier:
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+        for node in self.nodes:
+            if os.path.ismount(node.wal_dir):
+                subprocess.run(["umount", "--lazy", str(node.wal_dir)], check=False)
 
 
 def _balanced(port: int) -> bool:

@@ -6,14 +6,17 @@ import collections
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
 
+import peewee
 import psycopg2
 
+from shopapi.testing.hosts import ROOT
 from shopapi.testing.standby import Server, wait_for
-from support.production_layout import Layout
+from support.production_layout import Layout, migrate_to
 from support.write_load import WriteLoad
 
 # Generous: a busy 2-core machine restarts a host, or a cluster, in many seconds.
@@ -102,6 +105,26 @@ def _answers_held(primary: Server):
     finally:
         connection.rollback()
         connection.close()
+
+
+def release_rolled_out(layout: Layout, load: WriteLoad) -> str:
+    """This release deployed over the previous one under load, in docs/operations.md's order:
+    its migrations run once while the old hosts serve; then each host stopped (it drains) and
+    started on this release in turn; then the worker."""
+    applied = migrate_to(ROOT, layout.replication.url).strip()
+    for name in layout.hosts.names:
+        server = layout.hosts.processes[name]
+        server.send_signal(signal.SIGTERM)
+        layout.hosts.wait_for_state(name, "DOWN")
+        server.wait(timeout=DEADLINE_SECONDS)
+        layout.hosts.kill(name)  # nothing of it left (its workers exit with its master)
+        layout.hosts.releases[name] = ROOT
+        _restart(layout, name)
+    layout.worker.send_signal(signal.SIGTERM)
+    layout.worker.wait(timeout=DEADLINE_SECONDS)
+    layout.release = ROOT
+    layout.start_worker()
+    return applied  # "migrations applied: ..."
 
 
 def host_killed(layout: Layout, load: WriteLoad) -> str:
@@ -316,6 +339,7 @@ def host_partitioned(layout: Layout, load: WriteLoad) -> str:
     stall the other hosts' writes for the partition's length."""
     with _writes_parked(layout.replication.primary):
         victim, in_flight = _a_host_with_writes_in_flight(layout)
+        layout.isolated_host = victim
         port = str(layout.bouncers[victim].port)
         rules = [["OUTPUT", "--dport", port], ["INPUT", "--sport", port]]
         for chain, direction, value in rules:
@@ -333,7 +357,56 @@ def host_partitioned(layout: Layout, load: WriteLoad) -> str:
     return f"{victim}, with {in_flight} write(s) mid-transaction"
 
 
+def wal_disk_full(layout: Layout, load: WriteLoad) -> str:
+    """The primary's WAL volume filled by something else until PostgreSQL cannot write its WAL
+    (it stops rather than lose a commit), then freed: Patroni brings it back, and the standby
+    resumes streaming from its replication slot."""
+    leader = layout.replication.leader()
+    log = leader.config.parent / f"{leader.name}-patroni.log"
+    seen = log.stat().st_size
+    filler = leader.wal_dir / "filler"
+    # As much as there is room for (fallocate fails past that, having taken nothing).
+    with filler.open("wb") as file, contextlib.suppress(OSError):
+        os.posix_fallocate(file.fileno(), 0, shutil.disk_usage(leader.wal_dir).free)
+
+    def full() -> bool:
+        # A segment switch after a write: the next WAL goes to a new file, which needs room.
+        with contextlib.suppress(peewee.DatabaseError, psycopg2.Error):  # once it has stopped
+            leader.server.query(
+                "CREATE TABLE IF NOT EXISTS wal_filler (n int); INSERT INTO wal_filler VALUES (1);"
+                " SELECT pg_switch_wal()"
+            )
+        return "No space left on device" in log.read_text(errors="replace")[seen:]
+
+    try:
+        wait_for(full, DEADLINE_SECONDS, "the primary to find its WAL volume full")
+    finally:
+        filler.unlink()
+    layout.wait_until_whole()
+    return f"{leader.name}'s WAL volume"
+
+
+SLOW_SECONDS, ADDED_ROUND_TRIP_SECONDS = 20, 0.2
+
+
+def host_slowed(layout: Layout, load: WriteLoad) -> str:
+    """+200 ms on every round trip between one host's PgBouncer and the primary, for
+    SLOW_SECONDS: the host's writes slow down; the other host's must not wait on its locks."""
+    victim = layout.isolated_host = layout.hosts.names[0]
+    path = layout.paths[victim]
+    path.delay_seconds = ADDED_ROUND_TRIP_SECONDS / 2
+    try:
+        time.sleep(SLOW_SECONDS)  # the fault's own length
+    finally:
+        path.delay_seconds = 0.0
+    layout.wait_until_whole()
+    return victim
+
+
 FAULTS = [
+    # First: the layout starts on the previous release (fault_suite.py), every other fault then
+    # meets this one.
+    Fault("this release rolled out under load", release_rolled_out, unseen=True),
     Fault("a host SIGKILLed", host_killed),
     Fault("a host SIGKILLed between a write's work and its commit", host_killed_before_commit),
     Fault("a host SIGTERMed", host_terminated, unseen=True),
@@ -356,4 +429,6 @@ FAULTS = [
     Fault(
         f"a host cut from the database for {PARTITION_SECONDS} s", host_partitioned, database=True
     ),
+    Fault(f"+200 ms between a host and the database for {SLOW_SECONDS} s", host_slowed),
+    Fault("the primary's WAL disk full, then freed", wal_disk_full, database=True),
 ]

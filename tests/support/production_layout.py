@@ -17,15 +17,15 @@ import sys
 import threading
 import time
 
-from models.db import open_database
-from models.migrations import migrate
 from shopapi.testing.hosts import ROOT, Hosts, unavailable_reason
 from shopapi.testing.patroni import DatabaseTier, database_tier
 from shopapi.testing.patroni import unavailable_reason as tier_unavailable_reason
 from shopapi.testing.pgbouncer import PgBouncer
+from shopapi.testing.standby import DATABASE
 from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
 from support.receiver import Hold, Receiver, Request
 from support.redis_server import RedisServer
+from support.tcp_proxy import TcpProxy
 
 # Every host signs and checks with the same secrets, as production's do.
 HMAC_SECRET = "fault-suite-cursor-secret-shared-by-every-host"
@@ -91,13 +91,19 @@ class Layout:
     replication: DatabaseTier
     # Each app host's PgBouncer by the host's name, and the worker's ("worker").
     bouncers: dict[str, PgBouncer]
+    # Each app host's path from its PgBouncer to the primary, which a fault can slow.
+    paths: dict[str, TcpProxy]
     redis: RedisServer
     hosts: Hosts
     receiver: Receiver
     deliveries: DeliverySwitch
     work_dir: pathlib.Path
+    # The release the worker runs (a checkout's root); the hosts' are `hosts.releases`.
+    release: pathlib.Path = ROOT
     worker: subprocess.Popen | None = None
     workers_started: int = 0
+    # The host the fault under way cut off or slowed, which the others must not wait on.
+    isolated_host: str | None = None
     # How the worker ended when no fault ended it (it must outlive its database's absence).
     worker_exits: list[str] = dataclasses.field(default_factory=list)
 
@@ -113,11 +119,12 @@ class Layout:
             "DELIVERY_RETRY_BASE_SECONDS": "0.2",
             "DELIVERY_TIMEOUT_SECONDS": str(DELIVERY_TIMEOUT_SECONDS),
             "PUSH_TRANSPORT": "none",
+            "PYTHONPATH": str(self.release),
         }
         with log.open("ab") as output:
             self.worker = subprocess.Popen(
                 [sys.executable, "-m", "shopapi.events.worker"],
-                cwd=ROOT,
+                cwd=self.release,
                 env=env,
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -139,20 +146,40 @@ class Layout:
             self.hosts.wait_for_state(name, "UP")
 
 
+def migrate_to(release: pathlib.Path, database_url: str) -> str:
+    """`release`'s migrations applied to `database_url`, by that release's own command, as a
+    deploy runs them; what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "models.migrations"],
+        cwd=release,
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(release)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode:
+        raise RuntimeError(f"migrating failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
 @contextlib.contextmanager
-def production_layout(work_dir: pathlib.Path, host_count: int = 2):
-    """The layout, migrated, with the worker running: a Layout. The hosts trust the tests'
-    tokens (support.helpers.bearer)."""
+def production_layout(work_dir: pathlib.Path, host_count: int = 2, release: pathlib.Path = ROOT):
+    """The layout, migrated, with the worker running, every part on `release` (a checkout's
+    root: this one by default): a Layout. The hosts trust the tests' tokens
+    (support.helpers.bearer)."""
     deliveries = DeliverySwitch()
     with contextlib.ExitStack() as stack:
         replication = stack.enter_context(database_tier())
-        primary = open_database(replication.url)
-        migrate(primary)
-        primary.close_all()
+        migrate_to(release, replication.url)
         redis = stack.enter_context(RedisServer())
-        bouncers = {}
+        bouncers, paths = {}, {}
         for name in [f"app{n + 1}" for n in range(host_count)] + ["worker"]:
-            bouncer = PgBouncer(replication.url, aliases={"replica": replication.replica_url})
+            path = TcpProxy("127.0.0.1", replication.primary_port)
+            path.start()
+            stack.callback(path.stop)
+            paths[name] = path
+            server = f"postgresql://postgres@127.0.0.1:{path.port}/{DATABASE}"
+            bouncer = PgBouncer(server, aliases={"replica": replication.replica_url})
             stack.callback(bouncer.stop)
             bouncers[name] = bouncer
 
@@ -182,11 +209,12 @@ def production_layout(work_dir: pathlib.Path, host_count: int = 2):
             forwarded=[bouncer.port for bouncer in bouncers.values()],
             host_env=own_bouncer,
         )
+        hosts.releases = dict.fromkeys(hosts.names, release)
         stack.enter_context(hosts)
         receiver = stack.enter_context(Receiver(deliveries))
         # Released before the receiver stops: a held request would keep its thread.
         stack.callback(deliveries.release)
-        layout = Layout(replication, bouncers, redis, hosts, receiver, deliveries, work_dir)
+        layout = Layout(replication, bouncers, paths, redis, hosts, receiver, deliveries, work_dir)
         stack.callback(layout.kill_worker)
         layout.start_worker()
         yield layout
