@@ -394,7 +394,7 @@ def host_slowed(layout: Layout, load: WriteLoad) -> str:
     SLOW_SECONDS: the host's writes slow down; the other host's must not wait on its locks."""
     victim = layout.isolated_host = layout.hosts.names[0]
     path = layout.paths[victim]
-    path.delay_seconds = ADDED_ROUND_TRIP_SECONDS / 2
+    path.delay_seconds = ADDED_ROUND_TRIP_SECONDS
     try:
         time.sleep(SLOW_SECONDS)  # the fault's own length
     finally:

@@ -1,5 +1,5 @@
 """A TCP forwarder that a test can cut and restore, to take a database away from a server, or
-slow (`delay_seconds` each way), to make a server's path to it slow."""
+slow down (`delay_seconds`, added to each round trip through it)."""
 
 import contextlib
 import socket
@@ -14,7 +14,8 @@ class TcpProxy:
         self._listener = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        # Added before each chunk is passed on, in either direction: a round trip costs twice.
+        # Half of it before each piece passes in either direction: a request and its answer,
+        # one round trip, take this much longer. Changed at any time.
         self.delay_seconds = 0.0
 
     def start(self) -> None:
@@ -57,7 +58,7 @@ class TcpProxy:
         try:
             while data := source.recv(65536):
                 if self.delay_seconds:
-                    time.sleep(self.delay_seconds)
+                    time.sleep(self.delay_seconds / 2)
                 sink.sendall(data)
         except OSError:
             pass
