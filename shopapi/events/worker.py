@@ -20,6 +20,7 @@ from models import (
     PushDelivery,
     Webhook,
 )
+from models.bounds import Bounds
 from models.db import close_connection, database, open_database, use
 from models.delivery import Retries
 from shopapi.events import push, webhook_delivery
@@ -204,7 +205,13 @@ def main() -> int:
         print(f"shopapi.events.worker: {error}", file=sys.stderr)
         return 2
     # A connection per delivery thread, and one for fan-out.
-    use(open_database(settings.database_url, settings.delivery_threads + 1))
+    use(
+        open_database(
+            settings.database_url,
+            settings.delivery_threads + 1,
+            bounds=Bounds.configured(settings),
+        )
+    )
     missing = _missing_tables()
     if missing:
         print(
