@@ -18,7 +18,7 @@ OPTIONS_REFUSED = "unsupported startup parameter: options"
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """Each in seconds; 0 leaves it unbounded (PostgreSQL's default)."""
+    """Each in seconds; 0 sets none (the server's, or the role's, applies)."""
 
     statement_timeout: float = 0
     lock_timeout: float = 0
@@ -37,11 +37,12 @@ class Bounds:
 
     def session_settings(self) -> dict[str, int]:
         """The server's settings for a session (or a transaction), in milliseconds."""
-        return {
+        settings = {
             "statement_timeout": _ms(self.statement_timeout),
             "lock_timeout": _ms(self.lock_timeout),
             "idle_in_transaction_session_timeout": _ms(self.idle_in_transaction_timeout),
         }
+        return {name: value for name, value in settings.items() if value}
 
     def options(self) -> str:
         """libpq's `options`: the session's settings, and the server's side of TCP's."""
@@ -102,10 +103,10 @@ class BoundedPool(IdleCheckedPool):
         super().__init__(*args, **bounds.connect_parameters(), **kwargs)
         self.bounds = bounds
         self.options_refused = False
-        self._begin = f"BEGIN; {bounds.set_local()}"
+        self._begin = f"BEGIN; {bounds.set_local()}" if bounds.session_settings() else "BEGIN"
 
     def _connect(self):
-        if self.options_refused:
+        if self.options_refused or not self.bounds.options():
             return super()._connect()
         self.connect_params["options"] = self.bounds.options()
         try:

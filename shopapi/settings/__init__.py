@@ -55,9 +55,9 @@ class Settings:
     database_pool_wait_seconds: float = _setting(
         "DATABASE_POOL_WAIT_SECONDS", parse.positive_number, 10.0
     )
-    # How long the database may take for the app's sessions (PostgreSQL; 0: no bound), each
-    # below PgBouncer's and HAProxy's (docs/database.md, "Timeouts"): a statement; a wait for a
-    # lock another transaction holds (a request that times out is a 503, its work rolled back);
+    # How long the database may take for the app's sessions (PostgreSQL; 0: the app sets none),
+    # each below PgBouncer's and HAProxy's (docs/database.md, "Timeouts"): a statement; a wait for
+    # a lock another transaction holds (a request that times out is a 503, its work rolled back);
     # a transaction idle between its statements (its host cut off: the server ends it, and
     # its locks go); and how long a connection's peer may leave what was sent unacknowledged,
     # or keepalives unanswered, before the connection is dropped (TCP_USER_TIMEOUT).
