@@ -34,6 +34,7 @@ from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
 from models import User, demo, off_loop
+from models.bounds import Bounds
 from models.db import close_connection, database, error_summary, open_database, use
 from models.start_up import StartUpWork
 from shopapi import docs_ui
@@ -119,7 +120,12 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
     # the pipeline's own database work's and the event streams' readers.
     connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
-    use(open_database(settings.database_url, connections, settings.database_pool_wait_seconds))
+    bounds = Bounds.configured(settings)
+    use(
+        open_database(
+            settings.database_url, connections, settings.database_pool_wait_seconds, bounds
+        )
+    )
     drain = Drain(settings.drain_seconds)
     # Which tokens are revoked: for the security checks, and for the open event streams.
     revocations = Revocations()

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import peewee
 
+from models.bounds import UNBOUNDED, Bounds
 from models.db import open_database, postgresql_arguments
 from models.routing import WAL_POSITION
 
@@ -56,11 +57,11 @@ def _position(checker: peewee.PostgresqlDatabase, sql: str) -> int:
 
 
 class Replica:
-    def __init__(self, url: str, pool_size: int):
+    def __init__(self, url: str, pool_size: int, bounds: Bounds):
         parts = urlsplit(url)
         # For logs and metrics: where it is, without its password.
         self.name = f"{parts.hostname}:{parts.port or 5432}{parts.path}"
-        self.database = open_database(url, pool_size)
+        self.database = open_database(url, pool_size, bounds=bounds)
         self.checker = _checker(url)
         self.up = False  # until its first check answers
         self.replayed = -1  # the WAL position it has replayed to
@@ -71,8 +72,15 @@ class Replicas:
     """The replicas of `primary_url`, each skipped while it is down or more than
     `max_lag_seconds` behind the primary."""
 
-    def __init__(self, primary_url: str, urls, pool_size: int, max_lag_seconds: float):
-        self.members = [Replica(url, pool_size) for url in urls]
+    def __init__(
+        self,
+        primary_url: str,
+        urls,
+        pool_size: int,
+        max_lag_seconds: float,
+        bounds: Bounds = UNBOUNDED,
+    ):
+        self.members = [Replica(url, pool_size, bounds) for url in urls]
         self.max_lag_seconds = max_lag_seconds
         self._primary = _checker(primary_url)
         # The primary's WAL position at each check, as long as a lag within the bound can need.

@@ -14,7 +14,16 @@ import threading
 import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
-from support.helpers import bearer, create_product, create_user, place_order, wait_for
+from support.breakable_database import breakable
+from support.helpers import (
+    bearer,
+    create_product,
+    create_user,
+    locked,
+    place_order,
+    scalar,
+    wait_for,
+)
 from support.receiver import Drip, Hold, Receiver, in_turn
 from support.tls import self_signed_certificate
 
@@ -416,6 +425,53 @@ def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
 
     assert _event_ids(receiver.requests) == [event.id, event.id]
     assert [a.response_status for a in _attempts(delivery)] == [200]
+
+
+@pytest.mark.slow
+def test_a_worker_started_before_its_database_waits_for_it_then_delivers(
+    start_worker, database_url, tmp_path
+):
+    with Receiver(in_turn()) as receiver:
+        _webhook(receiver.url, ["order.created"])
+        _event("order.created", owner_id=7)
+        with breakable(database_url, tmp_path) as (url, cut, restore):
+            cut()  # nothing answers where the worker looks for its database
+            worker = start_worker(DATABASE_URL=url)
+            wait_for(
+                lambda: len(worker.log_entries("the database does not answer, waiting for it")) > 1,
+                "the worker to wait for its database, more than once",
+            )
+            assert worker.process.poll() is None
+            restore()
+            wait_for(lambda: receiver.requests, "the event to be delivered")
+            assert worker.stop() == 0, worker.log_path.read_text()
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.slow
+def test_a_cancelled_record_of_a_sent_delivery_is_kept_and_nothing_is_sent_again(
+    start_worker, database_url, direct_database_url
+):
+    """The worker's transaction recording an attempt it made is cancelled (as a deadlock with
+    a migration, or a lock or statement timeout, ends it): it is run again, so the delivery is
+    not claimed again when its lease ends, and the receiver gets the event once."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite's one writer waits on busy_timeout: no transaction is cancelled")
+    recording = (
+        "SELECT COALESCE((SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE 'INSERT INTO \"delivery_attempt\"%'), 0)"
+    )
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        with locked(direct_database_url, "LOCK TABLE delivery_attempt IN EXCLUSIVE MODE"):
+            start_worker(DELIVERY_TIMEOUT_SECONDS="0.5", DATABASE_LOCK_TIMEOUT_SECONDS="4")
+            pid = wait_for(lambda: scalar(direct_database_url, recording), "the record to wait")
+            assert len(receiver.requests) == 1
+            assert scalar(direct_database_url, f"SELECT pg_cancel_backend({pid})")
+        delivery = _settled(_delivery_of(event, webhook).id)
+        assert [a.response_status for a in _attempts(delivery)] == [200]
+    assert len(receiver.requests) == 1
 
 
 @pytest.mark.slow
