@@ -1,10 +1,13 @@
+import contextlib
 import os
+import re
 import subprocess
 import uuid
 
 import peewee
 import pytest
 from support.live import run_module
+from support.run_databases import database_beside
 
 from models.db import open_database
 from models.migrations import migrate
@@ -26,6 +29,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0011_push_leases",
         "m0012_table_versions",
         "m0013_price_amount_index",
+        "m0014_ids_never_reissued",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -63,6 +67,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0011_push_leases",),
             ("m0012_table_versions",),
             ("m0013_price_amount_index",),
+            ("m0014_ids_never_reissued",),
         ]
 
 
@@ -186,3 +191,45 @@ def test_postgresql_vacuums_products_after_a_thousand_changes_of_100000(database
     settings = dict(option.split("=") for option in options)
     threshold = float(settings["autovacuum_vacuum_threshold"])
     assert threshold + 100_000 * float(settings["autovacuum_vacuum_scale_factor"]) == 1000
+
+
+@contextlib.contextmanager
+def _empty_database(database_url, direct_database_url, tmp_path):
+    """A database of the test's own, of `database_url`'s kind, with nothing in it."""
+    if database_url.startswith("sqlite"):
+        yield open_database(f"sqlite:///{tmp_path}/empty.db")
+        return
+    with database_beside(direct_database_url, "empty") as url:
+        db = open_database(url, pool_size=1)
+        try:
+            yield db
+        finally:
+            db.close_all()
+
+
+def test_events_written_before_m0014_get_message_ids_of_their_own(
+    database_url, direct_database_url, tmp_path, monkeypatch
+):
+    import models.migrations as migrations
+
+    names = migrations._migration_names()
+    before = names[: names.index("m0014_ids_never_reissued")]
+    event = (
+        "INSERT INTO event (type, occurred_at, resource_type, resource_id, actor_subject, data)"
+        " VALUES ('product.created', '2026-01-01', 'product', 1, 'client:tests', '{}')"
+    )
+    with _empty_database(database_url, direct_database_url, tmp_path) as db:
+        monkeypatch.setattr(migrations, "_migration_names", lambda: before)
+        migrate(db)
+        with db.connection_context():
+            for _ in range(3):
+                db.execute_sql(event)
+        monkeypatch.undo()
+        assert migrate(db) == ["m0014_ids_never_reissued"]
+        with db.connection_context():
+            db.execute_sql(event)  # as the release before, which knows no message_id, writes
+            ids = [id for (id,) in db.execute_sql("SELECT message_id FROM event ORDER BY id")]
+    if database_url.startswith("sqlite"):
+        ids = ids[:3]  # SQLite's column has no default: the model gives each new event its id
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch("msg_[0-9a-f]{32}", id) for id in ids), ids

@@ -95,5 +95,8 @@ def read_routing(settings: Settings, marks: MemoryMarks | RedisMarks | None):
         settings.database_replica_urls,
         settings.database_pool_size,
         settings.database_replica_max_lag_seconds,
+        observe=lambda replica: metrics.replica_checked(
+            replica.name, replica.up, replica.streaming, replica.lag_seconds
+        ),
     )
     return partial(ReadRoutingMiddleware, replicas=replicas, marks=marks)
