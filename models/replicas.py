@@ -39,16 +39,16 @@ REPLAY_POSITION = (
 TIMEOUT = f"SET LOCAL statement_timeout = {CHECK_TIMEOUT_SECONDS * 1000}; "
 
 
-def _checker(url: str) -> peewee.PostgresqlDatabase:
+def checker(url: str, application_name: str = "shopapi replica check"):
     """A connection of its own for the checks: never one a request waits for."""
     return peewee.PostgresqlDatabase(
         **postgresql_arguments(url),
         connect_timeout=CHECK_TIMEOUT_SECONDS,
-        application_name="shopapi replica check",
+        application_name=application_name,
     )
 
 
-def _row(checker: peewee.PostgresqlDatabase, sql: str) -> tuple:
+def one_row(checker: peewee.PostgresqlDatabase, sql: str) -> tuple:
     """`sql`'s one row from `checker`, reconnecting if its connection was lost."""
     try:
         if checker.is_closed():
@@ -65,7 +65,7 @@ class Replica:
         # For logs and metrics: where it is, without its password.
         self.name = f"{parts.hostname}:{parts.port or 5432}{parts.path}"
         self.database = open_database(url, pool_size)
-        self.checker = _checker(url)
+        self.checker = checker(url)
         self.up = False  # until its first check answers
         self.streaming = False  # whether it receives WAL from a primary
         self.replayed = -1  # the WAL position it has replayed to
@@ -90,7 +90,7 @@ class Replicas:
         self.members = [Replica(url, pool_size) for url in urls]
         self.max_lag_seconds = max_lag_seconds
         self._observe = observe
-        self._primary = _checker(primary_url)
+        self._primary = checker(primary_url)
         # The primary's WAL position at each check, as long as a lag within the bound can need.
         self._history: collections.deque[tuple[float, int]] = collections.deque()
         self._turns = itertools.count()
@@ -127,7 +127,7 @@ class Replicas:
         now = time.monotonic()
         # If the primary does not answer, the replicas are judged against what it last said.
         with contextlib.suppress(peewee.DatabaseError, peewee.InterfaceError):
-            self._history.append((now, _row(self._primary, WAL_POSITION)[0]))
+            self._history.append((now, one_row(self._primary, WAL_POSITION)[0]))
         keep = self.max_lag_seconds + 2 * CHECK_EVERY + 1
         while len(self._history) > 1 and self._history[0][0] < now - keep:
             self._history.popleft()
@@ -137,7 +137,7 @@ class Replicas:
 
     def _check(self, replica: Replica) -> None:
         try:
-            replica.replayed, streaming = _row(replica.checker, REPLAY_POSITION)
+            replica.replayed, streaming = one_row(replica.checker, REPLAY_POSITION)
         except (peewee.DatabaseError, peewee.InterfaceError) as error:
             if replica.up:
                 log.warning("replica %s is down, reads go elsewhere: %s", replica.name, error)

@@ -121,6 +121,14 @@ REPLICA_LAG = Gauge(
 )
 
 
+DATABASE_ROUND_TRIP = Gauge(
+    "database_round_trip_seconds",
+    "The median of this host's last five `SELECT 1` round trips to the primary, measured once a "
+    "second (PostgreSQL only).",
+    multiprocess_mode="livemax",
+)
+
+
 def replica_checked(name: str, up: bool, streaming: bool, lag_seconds: float) -> None:
     REPLICA_UP.labels(name).set(int(up))
     REPLICA_STREAMING.labels(name).set(int(up and streaming))
