@@ -8,6 +8,7 @@ import os
 import uuid
 
 import httpx
+import psycopg2
 import pytest
 import redis
 from support.event_stream import stream
@@ -20,6 +21,7 @@ from models.db import close_connection, database, open_database, use
 from models.migrations import migrate
 from models.routing import Route, current_route
 from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
+from shopapi.testing.ports import free_port
 from shopapi.testing.standby import primary_and_standby, wait_for
 
 pytestmark = pytest.mark.slow
@@ -319,3 +321,49 @@ def test_an_event_stream_is_no_routed_read_and_hears_of_writes_at_once(hosts, re
         wait_for(lambda: scraped("event_streams_open") == 0, what="the server sees the stream end")
         before_this_scrape = len(scrapes)
         assert scraped("database_read_requests_total") == counted + before_this_scrape
+
+
+def replica_metric(base: str, name: str) -> float:
+    scrape = httpx.get(
+        f"{base}/metrics", headers={"Authorization": "Bearer metrics-token-for-replica-tests"}
+    )
+    return sample_sum(scrape.text, name)
+
+
+def test_a_replica_that_receives_no_wal_shows_in_the_metrics_until_it_streams_again(
+    hosts, replayed
+):
+    """The standby cut from its primary's WAL (its primary_conninfo pointed nowhere, as when the
+    primary removed the WAL it needs): it still answers, and both hosts' metrics say it streams
+    nothing and falls behind; streaming again, it catches up."""
+    first, second = hosts
+    standby = replayed.standby
+
+    def metrics_say(streaming: float, lagging) -> bool:
+        return all(
+            replica_metric(base, "database_replica_up") == 1
+            and replica_metric(base, "database_replica_streaming") == streaming
+            and lagging(replica_metric(base, "database_replica_lag_seconds"))
+            for base in (first, second)
+        )
+
+    wait_for(lambda: metrics_say(1, lambda lag: lag < 1), what="the standby streams")
+    ((conninfo,),) = standby.query("SHOW primary_conninfo")
+    nowhere = f"host=127.0.0.1 port={free_port()} user=postgres connect_timeout=1"
+
+    def stream_from(conninfo: str) -> None:
+        with contextlib.closing(psycopg2.connect(standby.url)) as connection:
+            connection.autocommit = True  # ALTER SYSTEM runs in no transaction
+            with connection.cursor() as cursor:
+                cursor.execute("ALTER SYSTEM SET primary_conninfo = %s", (conninfo,))
+                cursor.execute("SELECT pg_reload_conf()")
+
+    try:
+        stream_from(nowhere)
+        wait_for(lambda: metrics_say(0, lambda lag: True), what="the standby seen not streaming")
+        with client(first) as writer:
+            create_product(writer)  # WAL the standby does not get
+        wait_for(lambda: metrics_say(0, lambda lag: lag > 2), what="its lag seen growing")
+    finally:
+        stream_from(conninfo)
+    wait_for(lambda: metrics_say(1, lambda lag: lag == 0), what="the standby streaming again")
