@@ -7,13 +7,13 @@ import contextlib
 import itertools
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import peewee
 
+from models.background import repeat
 from models.db import open_database, postgresql_arguments
 from models.routing import WAL_POSITION
 
@@ -167,13 +167,4 @@ class Replicas:
 
     def _start_checking(self) -> None:
         self._checking_in = os.getpid()
-        threading.Thread(target=self._check_forever, name="replica-checks", daemon=True).start()
-
-    def _check_forever(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                self.check()
-            except Exception:  # a bug here must not stop the checks, nor go unseen
-                log.exception("replica check failed")
-            time.sleep(max(0.0, CHECK_EVERY - (time.monotonic() - started)))
+        repeat(self.check, CHECK_EVERY, "replica-checks")

@@ -7,12 +7,12 @@ import collections
 import logging
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
 import peewee
 
+from models.background import repeat
 from models.replicas import checker, one_row
 
 log = logging.getLogger("shopapi.database")
@@ -102,15 +102,12 @@ class RoundTrip:
     def _start(self) -> None:
         self._checking_in = os.getpid()
         self._samples.clear()
-        threading.Thread(target=self._measure_forever, name="round-trip", daemon=True).start()
+        repeat(self.measure, EVERY, "round-trip", while_=self._still_asked)
 
-    def _measure_forever(self) -> None:
-        while time.monotonic() - self._asked_at < IDLE_SECONDS:
-            started = time.monotonic()
-            try:
-                self.measure()
-            except Exception:  # a bug here must not stop the measurements, nor go unseen
-                log.exception("round trip measurement failed")
-            time.sleep(max(0.0, EVERY - (time.monotonic() - started)))
+    def _still_asked(self) -> bool:
+        """Whether a probe asked lately; if not, the measurements end until the next one."""
+        if time.monotonic() - self._asked_at < IDLE_SECONDS:
+            return True
         self._checker.close()
-        self._why_slow, self._checking_in = None, None  # the next probe starts over
+        self._why_slow, self._checking_in = None, None
+        return False
