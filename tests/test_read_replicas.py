@@ -8,20 +8,19 @@ import os
 import uuid
 
 import httpx
-import psycopg2
 import pytest
 import redis
 from support.event_stream import stream
 from support.helpers import bearer
 from support.live import live_servers
 from support.metrics_text import sample_sum
+from support.standby_stream import cut_from_its_primary
 
 import models
 from models.db import close_connection, database, open_database, use
 from models.migrations import migrate
 from models.routing import Route, current_route
 from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
-from shopapi.testing.ports import free_port
 from shopapi.testing.standby import primary_and_standby, wait_for
 
 pytestmark = pytest.mark.slow
@@ -348,22 +347,9 @@ def test_a_replica_that_receives_no_wal_shows_in_the_metrics_until_it_streams_ag
         )
 
     wait_for(lambda: metrics_say(1, lambda lag: lag < 1), what="the standby streams")
-    ((conninfo,),) = standby.query("SHOW primary_conninfo")
-    nowhere = f"host=127.0.0.1 port={free_port()} user=postgres connect_timeout=1"
-
-    def stream_from(conninfo: str) -> None:
-        with contextlib.closing(psycopg2.connect(standby.url)) as connection:
-            connection.autocommit = True  # ALTER SYSTEM runs in no transaction
-            with connection.cursor() as cursor:
-                cursor.execute("ALTER SYSTEM SET primary_conninfo = %s", (conninfo,))
-                cursor.execute("SELECT pg_reload_conf()")
-
-    try:
-        stream_from(nowhere)
+    with cut_from_its_primary(standby):
         wait_for(lambda: metrics_say(0, lambda lag: True), what="the standby seen not streaming")
         with client(first) as writer:
             create_product(writer)  # WAL the standby does not get
         wait_for(lambda: metrics_say(0, lambda lag: lag > 2), what="its lag seen growing")
-    finally:
-        stream_from(conninfo)
     wait_for(lambda: metrics_say(1, lambda lag: lag == 0), what="the standby streaming again")
