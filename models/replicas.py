@@ -22,6 +22,7 @@ log = logging.getLogger("shopapi.database")
 CHECK_EVERY = 0.25
 # A check waits this long for a connection or an answer: a replica slower than this is down.
 CHECK_TIMEOUT_SECONDS = 1
+CHECK_DEAD_SECONDS = 5
 # Where a replica has replayed the WAL to (NULL on a server that is not in recovery: then where
 # it writes, so that a primary named as a replica counts as current), and whether it receives
 # WAL: a standby whose primary removed the WAL it needs still answers, replaying nothing.
@@ -40,12 +41,16 @@ TIMEOUT = f"SET LOCAL statement_timeout = {CHECK_TIMEOUT_SECONDS * 1000}; "
 
 
 def checker(url: str, application_name: str = "shopapi replica check"):
-    """A connection of its own for the checks: never one a request waits for."""
-    return peewee.PostgresqlDatabase(
+    """A connection of its own for the checks: never one a request waits for. One whose server
+    stopped acknowledging (a dead host, a partition) fails within CHECK_DEAD_SECONDS, rather
+    than hold its thread until TCP gives up, minutes later."""
+    arguments = {
         **postgresql_arguments(url),
-        connect_timeout=CHECK_TIMEOUT_SECONDS,
-        application_name=application_name,
-    )
+        "connect_timeout": CHECK_TIMEOUT_SECONDS,
+        "tcp_user_timeout": CHECK_DEAD_SECONDS * 1000,
+        "application_name": application_name,
+    }
+    return peewee.PostgresqlDatabase(**arguments)
 
 
 def one_row(checker: peewee.PostgresqlDatabase, sql: str) -> tuple:
