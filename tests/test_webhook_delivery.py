@@ -4,6 +4,7 @@ shopapi.events.worker` process against the test database, posting to a real loca
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import ssl
@@ -144,7 +145,9 @@ def _attempts(delivery: Delivery) -> list[DeliveryAttempt]:
 
 
 def _event_ids(requests) -> list[int]:
-    return [int(request.headers["webhook-id"]) for request in requests]
+    """The events the requests carried, found by their `webhook-id` (each event's message id)."""
+    ids = {event.message_id: event.id for event in Event.select(Event.id, Event.message_id)}
+    return [ids[request.headers["webhook-id"]] for request in requests]
 
 
 # -- From the API to the receiver and back
@@ -186,7 +189,7 @@ def test_a_webhook_registered_through_the_api_gets_a_placed_order_signed(app_wit
         again = client.post(deliveries, json={"event_id": feed[0]["id"]}).json()
         wait_for(lambda: receiver.requests, "the redelivery")
     assert verify(receiver.requests[0].body, receiver.requests[0].headers) == feed[0]
-    assert receiver.requests[0].headers["webhook-id"] == str(feed[0]["id"])
+    assert _event_ids(receiver.requests) == [feed[0]["id"]]  # the event's webhook-id again
     wait_for(
         lambda: client.get(f"{deliveries}/{again['id']}").json()["status"] == "delivered",
         "the redelivery recorded",
@@ -226,10 +229,45 @@ def test_a_delivery_verifies_with_the_reference_implementation(start_worker):
         "actor_user_id": None,
         "data": {"id": 12, "status": "pending", "total_cents": 1250},
     }
-    assert request.headers["webhook-id"] == str(event.id)
+    assert request.headers["webhook-id"] == event.message_id
     assert request.headers["content-type"] == "application/json"
     assert request.headers["user-agent"] == "shopapi-webhooks/1"
     assert _settled(_delivery_of(event, webhook).id).attempts == 1
+
+
+def _hand_out_again(event_id: int, database_url: str) -> None:
+    """Make `event_id` the next event id again, as a sequence resumed on a standby promoted
+    without the old primary's last writes does (or an AUTOINCREMENT counter set back)."""
+    if database_url.startswith("postgresql"):
+        sql = "SELECT setval(pg_get_serial_sequence('event', 'id'), %s, false)"
+        database.execute_sql(sql, (event_id,))
+    else:
+        sql = "UPDATE sqlite_sequence SET seq = ? WHERE name = 'event'"
+        database.execute_sql(sql, (event_id - 1,))
+
+
+@pytest.mark.slow
+def test_an_event_id_handed_out_again_comes_with_another_webhook_id(start_worker, database_url):
+    """The receiver of two events under one id (the first lost in a failover) drops neither as
+    a duplicate: a webhook-id is the event's own, never derived from its id."""
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        lost = _event("order.created", 1, owner_id=7)
+        start_worker()
+        _settled(_delivery_of(lost, webhook).id)
+        lost.delete_instance()  # its deliveries with it
+        _hand_out_again(lost.id, database_url)
+        later = _event("order.created", 2, owner_id=8)
+        _settled(_delivery_of(later, webhook).id)
+
+    first, second = receiver.requests
+    assert later.id == first.json["id"] == second.json["id"]
+    assert (first.json["resource_id"], second.json["resource_id"]) == (1, 2)
+    assert first.headers["webhook-id"] != second.headers["webhook-id"]
+    assert all(
+        re.fullmatch("msg_[0-9a-f]{32}", request.headers["webhook-id"])
+        for request in receiver.requests
+    )
 
 
 @pytest.mark.slow
@@ -259,7 +297,10 @@ def test_a_failing_receiver_gets_the_event_again_until_it_answers_2xx(start_work
 
     assert [a.response_status for a in _attempts(delivery)] == [500, 500, 200]
     assert delivery.attempts == 3
-    assert _event_ids(receiver.requests) == [event.id] * 3
+    # Every attempt under the event's one webhook-id, for the receiver to drop duplicates by.
+    assert [request.headers["webhook-id"] for request in receiver.requests] == [
+        event.message_id
+    ] * 3
     assert worker.stop() == 0
     logged = worker.log_entries("webhook delivery attempt")
     assert [(e["attempt"], e["status"], e["result"]) for e in logged] == [

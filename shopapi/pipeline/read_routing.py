@@ -97,5 +97,8 @@ def read_routing(settings: Settings, marks: MemoryMarks | RedisMarks | None):
         settings.database_pool_size,
         settings.database_replica_max_lag_seconds,
         Bounds.configured(settings),
+        observe=lambda replica: metrics.replica_checked(
+            replica.name, replica.up, replica.streaming, replica.lag_seconds
+        ),
     )
     return partial(ReadRoutingMiddleware, replicas=replicas, marks=marks)

@@ -47,6 +47,11 @@ class Settings:
     database_replica_max_lag_seconds: float = _setting(
         "DATABASE_REPLICA_MAX_LAG_SECONDS", parse.positive_number, 5.0
     )
+    # A host whose database round trip is over this, and 3 times another host's, leaves the
+    # balancer's rotation (/readyz 503) until it is back under half (docs/telemetry.md); 0: never.
+    database_slow_round_trip_ms: int = _setting(
+        "DATABASE_SLOW_ROUND_TRIP_MS", parse.integer(0, 60_000), 50
+    )
     # Check every response against the contract: on in tests; it doubles a request's cost.
     validate_responses: bool = _setting("VALIDATE_RESPONSES", parse.boolean, False)
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
