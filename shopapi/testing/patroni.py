@@ -11,6 +11,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -118,6 +119,7 @@ class Node:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env={**os.environ, "HOME": str(self.config.parent)},
+                cwd=OPS.parent,  # where its callback's module is
                 **user,
             )
 
@@ -170,11 +172,10 @@ class DatabaseTier:
     `standby` are whichever node holds each role now; `url` and `replica_url` reach them
     through HAProxy, as every client of the tier does."""
 
-    def __init__(self, root: pathlib.Path, on_role_change: list[str] | None = None):
+    def __init__(self, root: pathlib.Path):
         self.root = root
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.primary_port, self.replica_port = free_port(), free_port()
-        self.on_role_change = on_role_change
         self.nodes = [self._node(f"db{n}") for n in (1, 2)]
         self.etcd: subprocess.Popen | None = None
         self.balancer: subprocess.Popen | None = None
@@ -281,10 +282,11 @@ class DatabaseTier:
             "unix_socket_directories": str(self.root),
             "logging_collector": "off",
         }
-        if self.on_role_change:
-            postgresql["callbacks"] = {"on_role_change": " ".join(self.on_role_change)}
-        else:
-            postgresql.pop("callbacks", None)
+        # ops' callback, with this node's address and this checkout's Python.
+        local = f"postgresql://postgres@127.0.0.1:{node.server.port}/{DATABASE}"
+        postgresql["callbacks"] = {
+            "on_role_change": f"{sys.executable} -m models.after_promotion --database-url {local}"
+        }
         node.config.write_text(yaml.safe_dump(config))
 
     def _start_etcd(self) -> None:
@@ -416,11 +418,11 @@ def _balanced(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def database_tier(on_role_change: list[str] | None = None):
+def database_tier():
     """A DatabaseTier, up and whole; removed after."""
     root = pathlib.Path(tempfile.mkdtemp(prefix="shopapi-patroni-"))
     try:
-        with DatabaseTier(root, on_role_change) as tier:
+        with DatabaseTier(root) as tier:
             yield tier
     finally:
         shutil.rmtree(root, ignore_errors=True)

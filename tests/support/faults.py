@@ -235,9 +235,30 @@ def primary_lost(layout: Layout, load: WriteLoad) -> str:
         lost = tier.leader()
         lost.kill()
     promoted = wait_for(tier.leader, DEADLINE_SECONDS, "Patroni to promote the standby")
+    # Its role-change callback moves every sequence past what the lost primary could have
+    # issued (models/after_promotion.py), once for the new timeline.
+    wait_for(
+        lambda: _sequences_advanced(promoted.server),
+        DEADLINE_SECONDS,
+        "the promoted primary's sequences advanced",
+    )
     tier.restart_node(lost, rebuilt=True)
     layout.wait_until_whole()
-    return f"{lost.name} lost with {in_flight} write(s) in flight; {promoted.name} promoted"
+    return (
+        f"{lost.name} lost with {in_flight} write(s) in flight; {promoted.name} promoted, its "
+        "sequences advanced"
+    )
+
+
+def _sequences_advanced(server: Server) -> bool:
+    with contextlib.suppress(peewee.DatabaseError):
+        return bool(
+            server.query(
+                "SELECT 1 FROM sequence_advance WHERE timeline_id ="
+                " ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"
+            )
+        )
+    return False
 
 
 def standby_stopped(layout: Layout, load: WriteLoad) -> None:
