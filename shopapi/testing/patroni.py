@@ -11,7 +11,7 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
+import sysconfig
 import tempfile
 import time
 
@@ -282,10 +282,13 @@ class DatabaseTier:
             "unix_socket_directories": str(self.root),
             "logging_collector": "off",
         }
-        # ops' callback, with this node's address and this checkout's Python.
+        # ops' callback, with this node's address and this checkout's code and packages, run
+        # by the system's Python: the tests' own may live where the postgres user cannot read.
         local = f"postgresql://postgres@127.0.0.1:{node.server.port}/{DATABASE}"
+        path = f"{OPS.parent}:{sysconfig.get_paths()['purelib']}"
         postgresql["callbacks"] = {
-            "on_role_change": f"{sys.executable} -m models.after_promotion --database-url {local}"
+            "on_role_change": f"env PYTHONPATH={path} /usr/bin/python3 -m models.after_promotion"
+            f" --database-url {local}"
         }
         node.config.write_text(yaml.safe_dump(config))
 
