@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas bench-mix-parts soak faults \
 	profile clean \
 	contract-snapshot contract-tools
@@ -94,8 +94,15 @@ worker: install
 # worksteal keeps them all busy to the end (a contract-fuzzing run takes minutes).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+# Every test but the fault suite, which `make test-faults` runs (and `.ci/run` after this).
 test: install-dev contract-tools
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) --ignore=tests/test_faults.py $(PYTEST_ARGS)
+
+# The fault suite's invariants (tests/test_faults.py, a few minutes, as root): the production
+# layout under every fault of `make faults`, with fewer clients. Apart from `make test`, which it
+# would hold past ten minutes; `.ci/run` runs both.
+test-faults: install-dev haproxy pgbouncer redis-server patroni etcd iptables
+	$(BIN)/python -m pytest tests/test_faults.py $(PYTEST_ARGS)
 
 # The quick loop while working: SQLite only (no PostgreSQL needed), no test marked slow, stopped
 # at the first failure. `make test` before a commit.
@@ -143,7 +150,7 @@ bench-hosts: install-dev wrk
 # in network namespaces behind HAProxy, the worker, a webhook receiver) under a load of idempotent
 # writes: this release rolled out over the previous one, then each fault in turn
 # (tests/support/faults.py); what clients saw during each,
-# and whether every invariant held: bench/results/faults.md. `make test` runs the same
+# and whether every invariant held: bench/results/faults.md. `make test-faults` runs the same
 # (tests/test_faults.py, fewer clients) and asserts the invariants.
 faults: install-dev haproxy pgbouncer redis-server patroni etcd iptables
 	$(BIN)/python bench/faults.py
