@@ -105,12 +105,12 @@ class BoundedPool(IdleCheckedPool):
         self.options_refused = False
         self._begin = f"BEGIN; {bounds.set_local()}" if bounds.session_settings() else "BEGIN"
 
-    def _connect(self):
+    def pooled_connection(self):
         if self.options_refused or not self.bounds.options():
-            return super()._connect()
+            return super().pooled_connection()
         self.connect_params["options"] = self.bounds.options()
         try:
-            return super()._connect()
+            return super().pooled_connection()
         except psycopg2.OperationalError as error:
             if OPTIONS_REFUSED not in str(error):
                 raise
@@ -121,7 +121,7 @@ class BoundedPool(IdleCheckedPool):
             "the database's pooler refuses connection options: each transaction sets its "
             "timeouts; bound single statements at the role (docs/database.md, Timeouts)"
         )
-        return super()._connect()
+        return super().pooled_connection()
 
     def begin(self, isolation_level=None):
         if not self.options_refused or isolation_level:  # the app names no isolation level

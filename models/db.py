@@ -9,6 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 import peewee
 
+from models import database_errors
 from models.bounds import UNBOUNDED, BoundedPool, Bounds
 from models.routing import RoutingDatabase, current_route, finish
 
@@ -133,7 +134,8 @@ def close_connection(error: BaseException | None = None) -> None:
     """End this thread's connections (returning them to their pools), if a request opened any.
 
     After a lost connection the idle pooled connections are dropped too: they were opened before
-    the outage and each would fail one more request before the pool noticed.
+    the outage and each would fail one more request before the pool noticed. (Not after a
+    statement the server ended itself, out of time or deadlocked: its connection still works.)
     """
     primary = database.obj
     if primary is None:
@@ -143,7 +145,8 @@ def close_connection(error: BaseException | None = None) -> None:
         finish(route, primary)
     if not primary.is_closed():
         primary.close()
-    if isinstance(error, peewee.OperationalError | peewee.InterfaceError) and hasattr(
-        primary, "close_idle"
-    ):
+    lost = isinstance(error, peewee.OperationalError | peewee.InterfaceError) and not (
+        database_errors.timed_out(error) or database_errors.conflicted(error)
+    )
+    if lost and hasattr(primary, "close_idle"):
         primary.close_idle()

@@ -77,7 +77,8 @@ def test_a_session_idle_in_a_transaction_is_ended_and_its_locks_freed(
     cut_off.connect()
     cut_off.begin()
     cut_off.execute_sql("SELECT 1 FROM product WHERE id = %s FOR UPDATE", (product["id"],))
-    ended = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
+    (pid,) = cut_off.execute_sql("SELECT pg_backend_pid()").fetchone()
+    ended = f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"  # noqa: S608 (a number)
     # The session is ended after a second idle; until then the change may time out on its lock.
     wait_for(lambda: scalar(direct_database_url, ended) == 0, "the idle session to be ended")
     changed = client.patch(f"/v1/products/{product['id']}", json={"price_cents": 200})
@@ -136,8 +137,8 @@ def test_an_order_that_deadlocks_is_409_and_its_keyed_retry_runs(
             cursor.execute("SELECT 1 FROM product WHERE id = %s FOR UPDATE", (second["id"],))
             placed = pool.submit(http.post, "/v1/orders", json=order, headers=key)
             waiting = (
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'UPDATE%%product%%'"
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE 'UPDATE%%product%%'"
             )
             wait_for(lambda: scalar(direct_database_url, waiting) == 1, "the order to wait")
             cursor.execute("SELECT 1 FROM product WHERE id = %s FOR UPDATE", (first["id"],))

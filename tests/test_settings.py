@@ -48,6 +48,10 @@ def test_values_come_from_the_environment():
         ("REQUEST_BODY_TIMEOUT_SECONDS", "soon"),
         ("REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", "1000"),
         ("REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", "lots"),
+        ("DATABASE_STATEMENT_TIMEOUT_SECONDS", "-1"),
+        ("DATABASE_TCP_TIMEOUT_SECONDS", "nan"),
+        # PostgreSQL's statement timeout (5 s by default) would end every such lock wait first.
+        ("DATABASE_LOCK_TIMEOUT_SECONDS", "5"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(name, value):

@@ -499,7 +499,8 @@ def test_a_cancelled_record_of_a_sent_delivery_is_kept_and_nothing_is_sent_again
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite's one writer waits on busy_timeout: no transaction is cancelled")
     recording = (
-        "SELECT COALESCE((SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        "SELECT COALESCE((SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'"
         " AND query LIKE 'INSERT INTO \"delivery_attempt\"%'), 0)"
     )
     with Receiver(in_turn()) as receiver:

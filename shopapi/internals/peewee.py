@@ -16,7 +16,15 @@ class HookedPostgresqlPool(PooledPostgresqlDatabase):
     """Peewee's PostgreSQL pool, its private steps given public names: `returned(conn)` after a
     connection went back to the pool reusable (its `_can_reuse`), `closing(conn)` as Peewee
     closes one (`_close_raw`, every way it closes one), `known_open(conn)` before Peewee checks
-    one it is about to reuse (`_is_closed`): True skips its check."""
+    one it is about to reuse (`_is_closed`): True skips its check; `pooled_connection()`, a
+    pooled connection or a new one made with `connect_params` (`_connect`), which an override
+    calls through `super()`."""
+
+    def pooled_connection(self):
+        return super()._connect()
+
+    def _connect(self):
+        return self.pooled_connection()
 
     def returned(self, conn) -> None:
         pass
@@ -69,6 +77,7 @@ def without_order_by(statement: tuple[str, list], param: str) -> tuple[str, list
 # What the above relies on of Peewee's insides, checked against the installed release by
 # tests/test_internals.py: (owner, name, the parameters it takes, or None for an attribute).
 RELIED_UPON = [
+    (PooledPostgresqlDatabase, "_connect", ["self"]),
     (PooledPostgresqlDatabase, "_can_reuse", ["self", "conn"]),
     (PooledPostgresqlDatabase, "_is_closed", ["self", "conn"]),
     (PooledPostgresqlDatabase, "_close_raw", ["self", "conn"]),
