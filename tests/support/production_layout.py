@@ -22,7 +22,7 @@ from shopapi.testing.patroni import DatabaseTier, database_tier
 from shopapi.testing.patroni import unavailable_reason as tier_unavailable_reason
 from shopapi.testing.pgbouncer import PgBouncer
 from shopapi.testing.standby import DATABASE
-from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
+from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, WAITS_UNBOUNDED
 from support.receiver import Hold, Receiver, Request
 from support.redis_server import RedisServer
 from support.tcp_proxy import TcpProxy
@@ -198,6 +198,10 @@ def production_layout(work_dir: pathlib.Path, host_count: int = 2, release: path
             "IDEMPOTENCY_LEASE_SECONDS": str(IDEMPOTENCY_LEASE_SECONDS),
             "DATABASE_POOL_SIZE": "6",
             "WEBHOOK_ALLOW_PRIVATE": "1",
+            # The faults park writes on a lock of their own to catch them in flight: no lock or
+            # statement timeout ends them first. The idle-in-transaction and TCP bounds stay,
+            # which free what a host cut off or slowed holds.
+            **WAITS_UNBOUNDED,
         }
         hosts = Hosts(
             host_count,
