@@ -54,12 +54,17 @@ seed: migrate
 	@echo "==> Seeding the database"
 	$(BIN)/python -m models.seed
 
-# The demo database from scratch: its file removed, then migrated and seeded again. Stop the
-# server first. Any other database (DATABASE_URL) is the operator's to empty.
+# The demo database from scratch: its file removed, then migrated and seeded again. Refused
+# while a server answers on HOST:PORT: it would go on with the old database's revocations and
+# ids, refusing fresh tokens as revoked. Any other database (DATABASE_URL) is the operator's to
+# empty.
 DEMO_DATABASE := data/shopapi.db
 reset: install
 	@test -z "$(DATABASE_URL)" || \
 	  { echo "make reset empties only the demo database ($(DEMO_DATABASE)); DATABASE_URL names another"; exit 1; }
+	@if $(BIN)/python -c 'import socket, sys; sys.exit(socket.socket().connect_ex((sys.argv[1], int(sys.argv[2]))))' \
+	    "$(HOST)" "$(PORT)" 2>/dev/null; then \
+	  echo "make reset: a server answers on $(HOST):$(PORT); stop it (Ctrl-C on make run) first"; exit 1; fi
 	@echo "==> Emptying the demo database ($(DEMO_DATABASE))"
 	rm -f $(DEMO_DATABASE) $(DEMO_DATABASE)-wal $(DEMO_DATABASE)-shm
 	@$(MAKE) --no-print-directory seed
@@ -71,7 +76,8 @@ seed-demo: migrate
 run: seed serve
 
 serve: install
-	@echo "shopapi on http://$(HOST):$(PORT)/v1 - docs at http://$(HOST):$(PORT)/v1/ui/"
+	@echo "shopapi on http://$(HOST):$(PORT)/v1, /v2 and /v3 - docs at http://$(HOST):$(PORT)/v1/ui/,"
+	@echo "  http://$(HOST):$(PORT)/v2/ui/ and http://$(HOST):$(PORT)/v3/ui/"
 	@echo "A token: curl -s http://$(HOST):$(PORT)/v1/oauth/token -d grant_type=password \\"
 	@echo "           --data-urlencode username=<email> --data-urlencode password=<password>"
 	@echo "  ($(if $(ADMIN_EMAIL),your admin $(ADMIN_EMAIL),in the demo database admin@example.com / admin-pass)."

@@ -190,15 +190,27 @@ def test_a_body_that_does_not_arrive_in_time_is_given_up(hurried):
         (chunked, itertools.chain([_chunk(product)], itertools.repeat(_chunk(b" ")))),
         (token, itertools.chain([b"grant_type=password&password="], itertools.repeat(b"a"))),
     ]
+    # And one to an unversioned path, its version asked for in Accept, with an id of its own.
+    v3_accept = b"Accept: application/vnd.shopapi.v3+json"
+    v3 = post_head("/products", JSON, _authorization(), v3_accept, b"X-Request-ID: slow-body-1")
+    cases.append((v3, itertools.chain([_chunk(product)], itertools.repeat(_chunk(b" ")))))
     with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
         answers = list(pool.map(lambda case: _given_up_on(hurried, *case), cases))
-    for answer in answers:
-        assert problem_of(answer, 408) == {
+    # Like every other error (README): its request's path and id, and the version it was in.
+    paths = ["/v1/products", "/v1/products", "/v1/oauth/token", "/v3/products"]
+    for answer, path in zip(answers, paths, strict=True):
+        problem = problem_of(answer, 408)
+        headers = parse(answer)[1]
+        assert problem == {
             "type": "about:blank",
             "title": "Request Timeout",
             "status": 408,
             "detail": "The request's body took too long to arrive.",
+            "instance": path,
+            "request_id": headers["x-request-id"],
         }
+        assert headers["api-version"] == path[2]
+    assert parse(answers[-1])[1]["x-request-id"] == "slow-body-1"
 
 
 def test_a_slow_body_within_the_time_is_served_and_its_connection_kept(base):

@@ -56,12 +56,35 @@ def _prepared(json_body: bytes) -> tuple[Representation, Representation]:
     )
 
 
+# The extensions by which Connexion finds our code (a handler's module, a security check's
+# function): the app routes by them, but a client's document names no module of ours.
+CODE_NAMES = frozenset(
+    {
+        "x-openapi-router-controller",
+        "x-tokenInfoFunc",
+        "x-apikeyInfoFunc",
+        "x-bearerInfoFunc",
+        "x-basicInfoFunc",
+        "x-scopeValidateFunc",
+    }
+)
+
+
+def without_code_names(node):
+    """`node` as clients read it: a copy without the CODE_NAMES extensions."""
+    if isinstance(node, dict):
+        return {k: without_code_names(v) for k, v in node.items() if k not in CODE_NAMES}
+    if isinstance(node, list):
+        return [without_code_names(item) for item in node]
+    return node
+
+
 def documents(specs: list[dict]) -> dict[str, Representation]:
     """The served representations of each spec, by path (`/v1/openapi.json`, ...)."""
     served = {}
     for spec in specs:
         base = base_path_of(spec)
-        as_json, as_yaml = _prepared(orjson.dumps(spec))
+        as_json, as_yaml = _prepared(orjson.dumps(without_code_names(spec)))
         served[f"{base}/openapi.json"] = as_json
         served[f"{base}/openapi.yaml"] = as_yaml
     return served

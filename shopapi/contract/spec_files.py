@@ -66,6 +66,7 @@ class _Bundle:
             for kind, name in pending:
                 self.components[kind][name] = self._walk(self.components[kind][name], None)
                 walked.add((kind, name))
+        _drop_links_to_absent_operations(spec)
         self.spec = spec
 
     def _document(self, file: str) -> dict:
@@ -121,3 +122,26 @@ class _Bundle:
 
 def _is_external(node) -> bool:
     return isinstance(node, dict) and not node.get("$ref", "#").startswith("#")
+
+
+def _drop_links_to_absent_operations(spec: dict) -> None:
+    """A path item taken from another file keeps its responses' links only to operations this
+    spec has: v3 takes v1's `POST /users`, whose 201 links to `list_user_orders`, which v3 does
+    not serve (a link to no operation stops a tool that follows links, such as schemathesis)."""
+    operation_ids = {
+        operation.get("operationId")
+        for item in spec.get("paths", {}).values()
+        for operation in item.values()
+        if isinstance(operation, dict)
+    }
+    for item in spec.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            for response in operation.get("responses", {}).values():
+                links = response.get("links")
+                if not links:
+                    continue
+                for name in [n for n, link in links.items() if "operationId" in link]:
+                    if links[name]["operationId"] not in operation_ids:
+                        del links[name]

@@ -18,6 +18,7 @@ from uvicorn_worker import UvicornWorker as _UvicornWorker
 
 from shopapi.internals import uvicorn as uvicorn_internals
 from shopapi.internals.uvicorn import FlowControl, HttpToolsProtocol
+from shopapi.pipeline import response_headers
 from shopapi.settings import Settings
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
@@ -269,7 +270,13 @@ class HttpProtocol(HttpToolsProtocol):
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
-        self._give_up(lambda: self._refuse(408, "The request's body took too long to arrive."))
+        # Answered as the app answers its errors: the app has taken the request (its id, its
+        # version) but waits for a body it will not get.
+        self._give_up(
+            lambda: self._refuse(
+                408, "The request's body took too long to arrive.", request=self.scope
+            )
+        )
 
     def _give_up(self, refuse: Callable[[], None]) -> None:
         """End the connection while a request's body arrives: answered by `refuse` unless an
@@ -305,15 +312,31 @@ class HttpProtocol(HttpToolsProtocol):
             else:
                 self.transport.close()
 
-    def _refuse(self, status: int, detail: str, retry_after: int | None = None) -> None:
+    def _refuse(
+        self,
+        status: int,
+        detail: str,
+        retry_after: int | None = None,
+        request: dict | None = None,
+    ) -> None:
+        """Answer `status` and close. `request`: the scope of a request the app has taken, whose
+        answer then has what the app's errors have (`instance`, `request_id`, `API-Version`)."""
         title = http.HTTPStatus(status).phrase
         problem = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+        headers = self._default_headers()
+        if request is not None:
+            request_id = request.get("state", {}).get("request_id")
+            problem |= {"instance": request["path"], "request_id": request_id}
+            noted = [*response_headers.headers_for(request)]
+            if request_id:
+                noted.append(("X-Request-ID", request_id))
+            headers += [(name.lower().encode(), value.encode()) for name, value in noted]
         body = json.dumps(problem).encode()
         self.transport.write(
             b"".join(
                 [
                     uvicorn_internals.status_line(status),
-                    *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
+                    *(name + b": " + value + b"\r\n" for name, value in headers),
                     b"content-type: application/problem+json\r\n",
                     b"content-length: %d\r\n" % len(body),
                     b"retry-after: %d\r\n" % retry_after if retry_after is not None else b"",

@@ -6,6 +6,7 @@ import datetime
 import email.utils
 import re
 
+from asgi_correlation_id import correlation_id
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,7 +18,9 @@ class ResponseHeadersMiddleware:
     """One layer for all three, outside CORS and Connexion's exception handling, so the errors
     made anywhere below (a 400 from validation, a 404, a 429) carry them too. The layers that
     learn the facts leave them in the scope's `state`: `rate_limit` (RateLimitMiddleware),
-    `api_version` (ApiVersionMiddleware) and `operation` (RoutedOperationMiddleware)."""
+    `api_version` (ApiVersionMiddleware) and `operation` (RoutedOperationMiddleware). It notes
+    the request's id there too, for the answer the server makes without the app
+    (shopapi/pipeline/http_server.py's 408), which carries the same headers (`headers_for`)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -26,12 +29,12 @@ class ResponseHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope.setdefault("state", {})
+        scope.setdefault("state", {})["request_id"] = correlation_id.get()
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = None
-                for name, value in _headers(scope):
+                for name, value in headers_for(scope):
                     if headers is None:
                         headers = MutableHeaders(scope=message)
                     if name == "Vary":  # one Vary, with CORS's Origin if it named that
@@ -43,7 +46,8 @@ class ResponseHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
-def _headers(scope: Scope):
+def headers_for(scope: Scope):
+    """The (name, value) pairs a response to the request of `scope` carries."""
     state = scope["state"]
     usage = state.get("rate_limit")
     if usage is not None:
