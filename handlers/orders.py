@@ -118,7 +118,8 @@ def _shown(expand: list[str]):
 
 def list_orders(expand=(), **params):
     _check_expand(expand)
-    orders = current_principal().only_reachable(Order.select(), Order.user)
+    principal = current_principal()
+    orders = principal.only_reachable(Order.select(), Order.user)
     return list_response(
         Order,
         orders,
@@ -127,7 +128,13 @@ def list_orders(expand=(), **params):
         load=lambda page: _expanded(Order.with_items(page), expand),
         reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
         kept=["user"] if "user" in expand else [],
+        owner=None if principal.is_admin else _owner(principal),
     )
+
+
+def _owner(principal: Principal) -> int:
+    # Credentials acting for no user reach no one's orders: a user id no user has.
+    return principal.user_id if principal.user_id is not None else 0
 
 
 def list_user_orders(id, **params):
@@ -143,7 +150,13 @@ def list_user_orders(id, **params):
     orders = Order.select().where(Order.user == user_id)
     # The user read first is read by the list too: its tag moves when the user goes.
     return list_response(
-        Order, orders, params, represent, load=Order.with_items, reads=(OrderItem, User)
+        Order,
+        orders,
+        params,
+        represent,
+        load=Order.with_items,
+        reads=(OrderItem, User),
+        owner=user_id,
     )
 
 

@@ -3,16 +3,13 @@ from typing import ClassVar
 
 import peewee
 
-from models.base import BaseModel
+from models.base import BaseModel, insert_rows, update_rows
 from models.db import database, is_postgresql
 from models.errors import Conflict, InvalidReference, OutOfStock
 from models.fields import utc_now
 
 # The largest stock a product holds: the contract's bound, and PostgreSQL's `integer`.
 MAX_STOCK = 2**31 - 1
-# Products changed by one UPDATE of a batch (a CASE per field): 9 fields x 2 parameters a row
-# keep it under SQLite's 32,766 parameters.
-BULK_UPDATE_ROWS = 500
 
 
 class Product(BaseModel):
@@ -85,16 +82,17 @@ class Product(BaseModel):
                     batch.changes.append(("product.updated", product, stock_before))
             batch.by_sku[item["sku"]] = product
         if new:
-            rows = [{name: product.__data__[name] for name in product.__data__} for product in new]
-            cls.insert_many(rows).execute()
+            insert_rows(cls, [{**product.__data__} for product in new])
             created = cls.select(cls.id, cls.sku).where(cls.sku.in_([p.sku for p in new]))
             ids = {row.sku: row.id for row in created}
             for product in new:
                 product.id = ids[product.sku]
         updated = [product for kind, product, _ in batch.changes if kind == "product.updated"]
         if updated:
-            fields = [cls._meta.fields[name] for name in (*cls.writable, "updated_at")]
-            cls.bulk_update(updated, fields, batch_size=BULK_UPDATE_ROWS)
+            names = ("id", *(n for n in cls.writable if n in cls._meta.fields), "updated_at")
+            update_rows(
+                cls, [{name: product.__data__[name] for name in names} for product in updated]
+            )
         batch.products = [batch.by_sku[item["sku"]] for item in items]
         return batch
 

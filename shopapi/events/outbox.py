@@ -4,7 +4,9 @@ the change they report: the change and its event commit together or not at all."
 import orjson
 
 from models import Event
+from models.base import insert_rows
 from models.db import database
+from models.fields import utc_now
 from shopapi.auth.security import Principal, current_principal
 from shopapi.web.jsonifier import OPTIONS
 
@@ -42,9 +44,11 @@ def record_each(events: list[tuple[str, object]], represent) -> None:
         raise RuntimeError("events must be recorded in their change's transaction")
     shown = getattr(represent, "__wrapped__", represent)
     principal = current_principal()
+    now = utc_now()
     rows = [
         {
             "type": event_type,
+            "occurred_at": now,
             "resource_type": event_type.partition(".")[0],
             "resource_id": row.id,
             "owner_id": None,
@@ -55,4 +59,4 @@ def record_each(events: list[tuple[str, object]], represent) -> None:
         for event_type, row in events
     ]
     if rows:
-        Event.insert_many(rows).execute()
+        insert_rows(Event, rows)
