@@ -26,6 +26,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0011_push_leases",
         "m0012_table_versions",
         "m0013_price_amount_index",
+        "m0015_order_holds",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -47,6 +48,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "device",
             "push_delivery",
             "push_attempt",
+            "owner_version",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
         assert recorded == [
@@ -63,6 +65,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0011_push_leases",),
             ("m0012_table_versions",),
             ("m0013_price_amount_index",),
+            ("m0015_order_holds",),
         ]
 
 
