@@ -34,8 +34,9 @@ def upsert_products(body):
 
 def _upserted(items: list[dict]):
     threshold = configured().settings.low_stock_threshold
+    batch = Product.plan_batch(items)  # before any lock
     with database.atomic():
-        batch = Product.upsert_by_sku(items)
+        batch.write()
         events = []
         for event_type, product, stock_before in batch.changes:
             events.append((event_type, product))
