@@ -3,6 +3,7 @@ and the root ones), wired to the
 handlers, the database and the cross-cutting middleware. Serve it with
 `uvicorn --factory app:create_app`."""
 
+import contextlib
 import datetime
 import logging
 import pathlib
@@ -34,6 +35,7 @@ from connexion.middleware.security import SecurityMiddleware
 from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
+from handlers.order_holds import HoldSweeper
 from models import User, demo, off_loop
 from models.bounds import Bounds
 from models.db import close_connection, database, error_summary, open_database, use
@@ -140,9 +142,11 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     )
     drain.on_stop(streams.close)  # open streams end as the server stops accepting
 
+    sweeper = HoldSweeper(settings.order_hold_seconds, settings.order_hold_sweep_seconds)
+
     app = connexion.FlaskApp(
         __name__,
-        lifespan=drain.lifespan,
+        lifespan=partial(_lifespan, drain, sweeper),
         specification_dir=SPEC_DIR,
         middlewares=pipeline(settings, api_specs, root_specs, contract_documents, streams),
         jsonifier=CompactJsonifier(),
@@ -217,6 +221,14 @@ def _round_trip(settings: Settings) -> RoundTrip | None:
         peers=None if store.startswith("memory") else PeerRoundTrips(store, database_name),
         observe=metrics.DATABASE_ROUND_TRIP.set,
     )
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(drain: Drain, sweeper: HoldSweeper, app):
+    """While the server serves: its drain on SIGTERM, and the expiry of overdue orders."""
+    async with drain.lifespan(app):
+        with sweeper.running():
+            yield
 
 
 def _start(app: connexion.FlaskApp, start_up: StartUpWork) -> None:

@@ -1,4 +1,5 @@
-"""Orders: placed against stock, then moved through their states.
+"""Orders: placed against stock, then moved through their states; a
+pending one expires after ORDER_HOLD_SECONDS (handlers/order_holds.py sweeps for them).
 
 Without the `admin` scope a caller reaches only its own orders (another user's is 404, as if
 absent), places orders only for itself, and may cancel but not pay, ship or deliver.
@@ -8,6 +9,7 @@ product.low_stock for stock an order takes) in its own transaction: see shopapi/
 """
 
 import collections
+import datetime
 
 import flask
 from connexion.exceptions import Forbidden
@@ -17,7 +19,9 @@ from handlers.users import represent as represent_user
 from models import Order, OrderItem, Product, User
 from models.base import where_in
 from models.db import database
-from shopapi.auth.security import current_principal
+from models.errors import OutOfStock
+from models.fields import utc_now
+from shopapi.auth.security import Principal, current_principal
 from shopapi.events import outbox
 from shopapi.web.configured import configured
 from shopapi.web.etags import if_match
@@ -43,6 +47,7 @@ def represent(order: Order) -> dict:
         "total_cents": order.total_cents,
         "currency": order.currency,
         "note": order.note,
+        "cancellation_reason": order.cancellation_reason,
         "created_at": order.created_at,
         "updated_at": order.updated_at,
     }
@@ -113,7 +118,8 @@ def _shown(expand: list[str]):
 
 def list_orders(expand=(), **params):
     _check_expand(expand)
-    orders = current_principal().only_reachable(Order.select(), Order.user)
+    principal = current_principal()
+    orders = principal.only_reachable(Order.select(), Order.user)
     return list_response(
         Order,
         orders,
@@ -122,7 +128,13 @@ def list_orders(expand=(), **params):
         load=lambda page: _expanded(Order.with_items(page), expand),
         reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
         kept=["user"] if "user" in expand else [],
+        owner=None if principal.is_admin else _owner(principal),
     )
+
+
+def _owner(principal: Principal) -> int:
+    # Credentials acting for no user reach no one's orders: a user id no user has.
+    return principal.user_id if principal.user_id is not None else 0
 
 
 def list_user_orders(id, **params):
@@ -138,7 +150,13 @@ def list_user_orders(id, **params):
     orders = Order.select().where(Order.user == user_id)
     # The user read first is read by the list too: its tag moves when the user goes.
     return list_response(
-        Order, orders, params, represent, load=Order.with_items, reads=(OrderItem, User)
+        Order,
+        orders,
+        params,
+        represent,
+        load=Order.with_items,
+        reads=(OrderItem, User),
+        owner=user_id,
     )
 
 
@@ -154,9 +172,39 @@ def _record_low_stock(order: Order, items: list[dict]) -> None:
             outbox.record("product.low_stock", product, represent_product)
 
 
-def create_order(body):
-    if not current_principal().reaches(body["user_id"]):
-        raise Forbidden("You can place orders only for yourself.")
+# Who expires an order, as its event names the actor (shown to admins only).
+EXPIRER = Principal(subject="server:order-hold", scopes=frozenset(), user_id=None)
+# Orders expired per query of the overdue ones; a sweep goes on while it finds this many.
+EXPIRY_BATCH = 100
+
+
+def expire_overdue(hold_seconds: int, products: list[int] | None = None) -> int:
+    """Expire up to EXPIRY_BATCH pending orders placed more than `hold_seconds` ago (holding one of
+    `products`, if given), each in a transaction of its own with its event; how many expired
+    here (an order paid, cancelled or expired elsewhere meanwhile is left as it is)."""
+    held_since = utc_now() - datetime.timedelta(seconds=hold_seconds)
+    expired = 0
+    for order_id in Order.overdue(held_since, EXPIRY_BATCH, products):
+        with database.atomic():
+            order = Order.expire(order_id, held_since)
+            if order is not None:
+                outbox.record(
+                    "order.cancelled", order, represent, owner_id=order.user_id, actor=EXPIRER
+                )
+                expired += 1
+    return expired
+
+
+def _pending_max() -> int | None:
+    """How much of one product the caller's pending orders may hold: admins and partners (who
+    write the catalogue) are not limited."""
+    principal = current_principal()
+    if principal.is_admin or "products:write" in principal.scopes:
+        return None
+    return configured().settings.pending_quantity_per_product_max
+
+
+def _placed(body: dict) -> Order:
     with database.atomic():
         order = Order.place(
             body["user_id"],
@@ -165,8 +213,24 @@ def create_order(body):
             record=lambda order: outbox.record(
                 "order.created", order, represent, owner_id=order.user_id
             ),
+            pending_max=_pending_max(),
         )
         _record_low_stock(order, body["items"])
+    return order
+
+
+def create_order(body):
+    if not current_principal().reaches(body["user_id"]):
+        raise Forbidden("You can place orders only for yourself.")
+    try:
+        order = _placed(body)
+    except OutOfStock:
+        # Stock held by orders past their hold is not anyone's any more: expire them now
+        # rather than at the next sweep, and try once more.
+        products = sorted({item["product_id"] for item in body["items"]})
+        if not expire_overdue(configured().settings.order_hold_seconds, products):
+            raise
+        order = _placed(body)
     return created(represent(order), order.id)
 
 

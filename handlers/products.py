@@ -1,6 +1,8 @@
 """The product catalogue. Each change writes its event (product.created, product.updated,
 product.low_stock) in its own transaction: see shopapi/events/outbox.py."""
 
+import peewee
+
 from handlers.product_representation import represent_product as represent
 from models import Product
 from models.db import database
@@ -17,26 +19,31 @@ def list_products(**params):
 
 
 def upsert_products(body):
-    """v3's catalogue batch: each item created, or replaced by its SKU, in one transaction."""
+    """v3's catalogue batch: each item created, or replaced by its SKU, all or nothing. All is
+    checked before the one short transaction that writes it (models/product.py)."""
     items = [read(item, f"/products/{n}") for n, item in enumerate(body["products"])]
+    Product.check_unique_skus([item["sku"] for item in items])
+    try:
+        batch = _upserted(items)
+    except peewee.IntegrityError:
+        # A concurrent batch created some of these SKUs after this one looked: they are known
+        # now, and replaced as such.
+        batch = _upserted(items)
+    return {"data": [represent(product) for product in batch.products]}
+
+
+def _upserted(items: list[dict]):
     threshold = configured().settings.low_stock_threshold
+    batch = Product.plan_batch(items)  # before any lock
     with database.atomic():
-        stored = Product.by_skus_for_update([item["sku"] for item in items])
-        products = []
-        for item in items:
-            product = stored.get(item["sku"])
-            if product is None:
-                product = Product.new(item)
-                outbox.record("product.created", product, represent)
-            else:
-                stock_before = product.stock
-                if product.replace(item):
-                    product.save()
-                    outbox.record("product.updated", product, represent)
-                    if product.fell_below(threshold, stock_before):
-                        outbox.record("product.low_stock", product, represent)
-            products.append(product)
-    return {"data": [represent(product) for product in products]}
+        batch.write()
+        events = []
+        for event_type, product, stock_before in batch.changes:
+            events.append((event_type, product))
+            if stock_before is not None and product.fell_below(threshold, stock_before):
+                events.append(("product.low_stock", product))
+        outbox.record_each(events, represent)
+    return batch
 
 
 def create_product(body):

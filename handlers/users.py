@@ -51,8 +51,11 @@ def _check_role_change(body: dict, user: User) -> None:
 
 
 def list_users(**params):
-    users = current_principal().only_reachable(User.select(), User.id)
-    return list_response(User, users, params, represent)
+    principal = current_principal()
+    users = principal.only_reachable(User.select(), User.id)
+    # Without admin, only themself: their list's tag moves with their own record alone.
+    owner = None if principal.is_admin else (principal.user_id or 0)
+    return list_response(User, users, params, represent, owner=owner)
 
 
 def create_user(body):

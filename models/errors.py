@@ -28,3 +28,7 @@ class InvalidReference(ValueError):
         super().__init__(detail)
         self.pointer = pointer
         self.detail = detail
+
+
+class PendingLimitReached(Conflict):
+    """A customer's pending orders would hold more of a product than they may."""

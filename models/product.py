@@ -1,8 +1,9 @@
+import dataclasses
 from typing import ClassVar
 
 import peewee
 
-from models.base import BaseModel
+from models.base import BaseModel, insert_rows, update_rows
 from models.db import database, is_postgresql
 from models.errors import Conflict, InvalidReference, OutOfStock
 from models.fields import utc_now
@@ -35,11 +36,9 @@ class Product(BaseModel):
         "active",
     )
 
-    @classmethod
-    def by_skus_for_update(cls, skus: list[str]) -> dict[str, "Product"]:
-        """The products of these SKUs, by SKU, locked as `get_for_update` locks one (in id
-        order, as orders take stock, so that neither a batch nor an order deadlocks another).
-        A SKU twice is an InvalidReference at its second place in `skus`."""
+    @staticmethod
+    def check_unique_skus(skus: list[str]) -> None:
+        """InvalidReference at the second place of a SKU that `skus` holds twice."""
         first = {}
         for index, sku in enumerate(skus):
             if sku in first:
@@ -47,10 +46,37 @@ class Product(BaseModel):
                     f"/products/{index}/sku", f"{sku!r} is also /products/{first[sku]}'s."
                 )
             first[sku] = index
+
+    @classmethod
+    def by_skus_for_update(cls, skus: list[str]) -> dict[str, "Product"]:
+        """The products of these SKUs, by SKU, locked as `get_for_update` locks one, in id
+        order, as orders take stock: neither a batch nor an order deadlocks another."""
         query = cls.select().where(cls.sku.in_(skus)).order_by(cls.id)
         if is_postgresql() and database.in_transaction():
             query = query.for_update()
         return {product.sku: product for product in query}
+
+    @classmethod
+    def plan_batch(cls, items: list[dict]) -> "Batch":
+        """What writing `items` changes, worked out against the stored products read without a
+        lock (outside the batch's transaction, or before its first lock): `Batch.write` then
+        only checks that they are unchanged."""
+        ordered = sorted(items, key=lambda item: item["sku"])
+        skus = [item["sku"] for item in ordered]
+        batch = Batch(items=items, stamps=cls._stamps(skus, locked=False))
+        batch.merge(ordered, {p.sku: p for p in cls.select().where(cls.sku.in_(skus))})
+        return batch
+
+    @classmethod
+    def _stamps(cls, skus: list[str], locked: bool) -> list[tuple]:
+        """(sku, updated_at) of the stored products of `skus` in SKU order, as the driver reads
+        them (no conversion), locked when `locked` (PostgreSQL) in id order, as orders take
+        stock, so that neither deadlocks the other: every write to a product moves its
+        updated_at, so equal stamps are unchanged products."""
+        marks = ", ".join([database.param] * len(skus))
+        lock = " FOR UPDATE" if locked and is_postgresql() else ""
+        sql = f'SELECT "sku", "updated_at" FROM "product" WHERE "sku" IN ({marks}) ORDER BY "id"'  # noqa: S608
+        return sorted(tuple(row) for row in database.execute_sql(sql + lock, skus).fetchall())
 
     def take_stock(self, quantity: int) -> None:
         """Decrement stock only if enough is left, in one statement: the row lock the UPDATE
@@ -93,3 +119,59 @@ class Product(BaseModel):
         if self.order_items.exists():
             raise Conflict(f"Product {self.id} is part of orders; set active to false instead.")
         self.delete_instance()
+
+
+@dataclasses.dataclass
+class Batch:
+    """A catalogue batch (`Product.plan_batch`): each item whose SKU is new created, each known
+    one's writable fields replaced (as `replace`). `changes`: each in SKU order as (event type,
+    product, its stock before, for an update); `products`: in the order of the items."""
+
+    items: list[dict]
+    stamps: list[tuple]
+    changes: list[tuple[str, Product, int | None]] = dataclasses.field(default_factory=list)
+    by_sku: dict[str, Product] = dataclasses.field(default_factory=dict)
+    products: list[Product] = dataclasses.field(default_factory=list)
+
+    def merge(self, ordered: list[dict], stored: dict[str, Product]) -> None:
+        now = utc_now()
+        self.changes, self.by_sku = [], {}
+        for item in ordered:
+            product = stored.get(item["sku"])
+            if product is None:
+                product = Product(created_at=now, updated_at=now)
+                product.replace(item)
+                self.changes.append(("product.created", product, None))
+            else:
+                stock_before = product.stock
+                if product.replace(item):
+                    product.updated_at = now
+                    self.changes.append(("product.updated", product, stock_before))
+            self.by_sku[item["sku"]] = product
+
+    def write(self) -> None:
+        """Lock the stored products (in id order) and write the batch, in the caller's
+        transaction, a statement per kind of write: its locks are held for those statements
+        alone. Products changed since the plan are merged again, under the lock. New rows are
+        inserted in SKU order too, so two batches cannot deadlock each other."""
+        ordered = sorted(self.items, key=lambda item: item["sku"])
+        skus = [item["sku"] for item in ordered]
+        if Product._stamps(skus, locked=True) != self.stamps:
+            self.merge(ordered, Product.by_skus_for_update(skus))
+        new = [p for kind, p, _ in self.changes if kind == "product.created"]
+        if new:
+            insert_rows(Product, [{**product.__data__} for product in new])
+            created = Product.select(Product.id, Product.sku).where(
+                Product.sku.in_([p.sku for p in new])
+            )
+            ids = {row.sku: row.id for row in created}
+            for product in new:
+                product.id = ids[product.sku]
+        updated = [p for kind, p, _ in self.changes if kind == "product.updated"]
+        if updated:
+            names = ("id", *(n for n in Product.writable if n in Product._meta.fields))
+            update_rows(
+                Product,
+                [{n: p.__data__[n] for n in (*names, "updated_at")} for p in updated],
+            )
+        self.products = [self.by_sku[item["sku"]] for item in self.items]

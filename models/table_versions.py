@@ -1,6 +1,7 @@
 """Each listed table's change counter (models/migrations/m0012_table_versions.py): the triggers
 move it in the transaction of every write to the table, so while it stands still, so does
-whatever was read from the table. Read where the list reads (models/routing.py)."""
+whatever was read from the table. Some tables are also counted per owner (m0015): `order@7` is
+user 7's orders alone. Read where the list reads (models/routing.py)."""
 
 import re
 
@@ -27,6 +28,8 @@ VERSIONED = frozenset(
         "push_attempt",
     }
 )
+# The tables also counted per owner (m0015), whose rows each belong to one user.
+OWNED = frozenset({"order", "order_item", "user"})
 # Peewee quotes every table it names; a subquery's FROM is a parenthesis, not a name.
 _TABLE = re.compile(r'\b(?:FROM|JOIN)\s+"(\w+)"')
 
@@ -37,23 +40,42 @@ def tables_read_by(sql: str) -> frozenset[str]:
 
 
 def versioned(tables) -> bool:
-    return bool(tables) and VERSIONED.issuperset(tables)
+    return bool(tables) and VERSIONED.issuperset(table.partition("@")[0] for table in tables)
+
+
+def owned_by(tables: frozenset[str], owner: int) -> frozenset[str]:
+    """`tables` as a list of `owner`'s rows alone reads them: each table counted per owner as
+    that owner's (`order@7`), so that others' writes do not move its versions."""
+    return frozenset(f"{table}@{owner}" if table in OWNED else table for table in tables)
 
 
 def _versions_sql(tables: frozenset[str]) -> peewee.SQL:
     # Every counter of the tables, not their sum: on PostgreSQL a standby may make commits
     # visible in another order than the primary did, and only the counters one by one then
     # still tell two states apart.
-    ordered = sorted(tables)
-    params = ", ".join([database.param] * len(ordered))
-    if is_postgresql():
-        aggregate = "string_agg(table_name || ':' || version, ',' ORDER BY table_name, shard)"
-        source = "table_version"
-    else:
-        aggregate = "group_concat(table_name || ':' || version, ',')"
-        source = "(SELECT * FROM table_version ORDER BY table_name, shard)"
-    statement = f"(SELECT {aggregate} FROM {source} WHERE table_name IN ({params}))"  # noqa: S608
-    return peewee.SQL(statement, ordered)
+    whole = sorted(table for table in tables if "@" not in table)
+    owned = sorted(tuple(table.split("@")) for table in tables if "@" in table)
+    parts, params = [], []
+    if whole:
+        marks = ", ".join([database.param] * len(whole))
+        if is_postgresql():
+            aggregate = "string_agg(table_name || ':' || version, ',' ORDER BY table_name, shard)"
+            source = "table_version"
+        else:
+            aggregate = "group_concat(table_name || ':' || version, ',')"
+            source = "(SELECT * FROM table_version ORDER BY table_name, shard)"
+        parts.append(f"(SELECT {aggregate} FROM {source} WHERE table_name IN ({marks}))")  # noqa: S608
+        params += whole
+    for table, owner in owned:
+        # An owner whose rows were never written since m0015 has no counter yet: its first
+        # write makes one.
+        parts.append(
+            f"(SELECT '{table}@' || owner_id || ':' || version FROM owner_version"  # noqa: S608
+            f" WHERE table_name = {database.param} AND owner_id = {database.param})"
+        )
+        params += [table, int(owner)]
+    joined = " || ',' || ".join(f"COALESCE({part}, '-')" for part in parts)
+    return peewee.SQL(f"({joined})", params)
 
 
 def _which_database() -> str:

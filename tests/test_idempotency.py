@@ -698,3 +698,21 @@ def test_a_retry_taking_over_a_key_as_its_answer_commits_gets_that_answer(
         finally:
             gate.close()
     assert _committed(direct_database_url) == (1, 3, 1)
+
+
+def test_a_large_answer_is_stored_deflated_and_replayed_byte_for_byte(client):
+    """A 1,000-product batch's answer is kept for a day: stored deflated, a fraction of its size,
+    and replayed exactly as it was sent."""
+    money = {"amount": "12.50", "currency": "EUR"}
+    products = [
+        {"sku": f"BIG-{n:04d}", "name": f"Product {n}", "price": money, "stock": 5}
+        for n in range(1000)
+    ]
+    key = keyed("batch-answer-stored-small")
+    first = client.post("/v3/products/batch", json={"products": products}, headers=key)
+    assert first.status_code == 200, first.text
+    stored = IdempotencyKey.get(IdempotencyKey.key == "batch-answer-stored-small")
+    assert len(bytes(stored.body)) < len(first.content) / 10, len(bytes(stored.body))
+
+    replay = client.post("/v3/products/batch", json={"products": products}, headers=key)
+    assert_replayed(replay, first)

@@ -33,6 +33,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0012_table_versions",
         "m0013_price_amount_index",
         "m0014_ids_never_reissued",
+        "m0015_order_holds",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -54,6 +55,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             "device",
             "push_delivery",
             "push_attempt",
+            "owner_version",
         } <= tables
         recorded = db.execute_sql("SELECT name FROM schema_migrations").fetchall()
         assert recorded == [
@@ -71,6 +73,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0012_table_versions",),
             ("m0013_price_amount_index",),
             ("m0014_ids_never_reissued",),
+            ("m0015_order_holds",),
         ]
 
 

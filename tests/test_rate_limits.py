@@ -115,6 +115,23 @@ def test_a_revalidation_is_let_in_by_the_count_and_counted_unless_answered_304(l
     assert over.headers["ratelimit-remaining"] == "0"
 
 
+def test_304s_have_a_budget_of_ten_times_the_limit_then_count(limited):
+    """`If-None-Match: *` is a 304 for any list (RFC 9110 §13.1.2: a current representation
+    exists), and each 304 reads the database: 50 are free at a limit of 5, then they count."""
+    headers = {**_reader(), "If-None-Match": "*"}
+    for _ in range(50):
+        free = limited.get("/v1/products", headers=headers)
+        assert free.status_code == 304
+        assert free.headers["ratelimit-remaining"] == "5"
+    for remaining in ("4", "3", "2", "1", "0"):
+        counted = limited.get("/v1/products", headers=headers)
+        assert counted.status_code == 304
+        assert counted.headers["ratelimit-remaining"] == remaining
+    over = limited.get("/v1/products", headers=headers)
+    assert_problem(over, 429)
+    assert over.headers["ratelimit-remaining"] == "0"
+
+
 def test_an_api_key_is_its_own_client(limited, app_with):
     admin = bearer()
     user = limited.post(

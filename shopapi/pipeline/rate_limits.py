@@ -23,6 +23,9 @@ from shopapi.telemetry import metrics
 # many addresses (IPv6 gives a client plenty) cannot grow it without bound. A forgotten address
 # costs a storage call at its next refusal, which finds it over the limit again.
 MAX_BLOCKED_ADDRESSES = 10_000
+# A caller's 304s are free up to this many times its operation's limit in the same window, then
+# count as any answer does: polling stays cheap, and is bounded.
+REVALIDATIONS_PER_REQUEST = 10
 
 
 class RateLimitMiddleware:
@@ -42,6 +45,10 @@ class RateLimitMiddleware:
         self.app = app
         self.counter = counter
         self.limits = {op.id: scaled(op.rate_limit, scale) for op in operations if op.rate_limit}
+        self.revalidation_limits = {
+            op: type(limit)(limit.amount * REVALIDATIONS_PER_REQUEST, limit.multiples)
+            for op, limit in self.limits.items()
+        }
         self.attempt_limits = declared_attempt_limits(operations, scale)
         # With replicas, the marks in Redis are in the counts' Redis (both SHARED_STORE_URL): a
         # read's hit reads its caller's write mark along (read routing, just inside, needs it),
@@ -73,10 +80,10 @@ class RateLimitMiddleware:
         self, scope: Scope, receive: Receive, send: Send, operation: Operation, limit
     ) -> None:
         """A request revalidating a copy, let in by the count so far and counted once its answer
-        is known not to be a 304: revalidating is the cheap way to poll, and is not counted (as
-        GitHub's API does not count it). A 304 then costs one storage read, not a hit and its
-        refund. A caller sending many at once may pass its limit by as many as it had in
-        flight."""
+        is known not to be a 304: revalidating is the cheap way to poll. A 304 costs a hit of
+        the operation's revalidation budget (REVALIDATIONS_PER_REQUEST times its limit), and
+        beyond that budget counts as any answer does. A caller sending many at once may pass
+        its limit by as many as it had in flight."""
         caller = caller_of(scope)
         mark_key = self._mark_key(scope, caller)
         answer = await self.counter.peek_and_get(limit, (operation.id, caller), mark_key)
@@ -87,7 +94,7 @@ class RateLimitMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                if message["status"] != 304:
+                if message["status"] != 304 or await self._over_revalidations(operation, caller):
                     usage = await self.counter.hit(limit, operation.id, caller)
                     if usage is not None:
                         scope["state"]["rate_limit"] = usage
@@ -101,6 +108,12 @@ class RateLimitMiddleware:
                 if usage is not None:
                     scope["state"]["rate_limit"] = usage
             raise
+
+    async def _over_revalidations(self, operation: Operation, caller: str) -> bool:
+        """Count a 304 in the caller's revalidation budget; whether it is spent."""
+        budget = self.revalidation_limits[operation.id]
+        usage = await self.counter.hit(budget, operation.id, "revalidated", caller)
+        return usage is not None and usage.exceeded
 
 
 def _read_along(

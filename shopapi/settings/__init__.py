@@ -146,6 +146,18 @@ class Settings:
     default_api_version: int = _setting("API_DEFAULT_VERSION", parse.integer(1, 9999), 1)
     # A product whose stock falls below this emits `product.low_stock`.
     low_stock_threshold: int = _setting("LOW_STOCK_THRESHOLD", parse.integer(0, 2**31 - 1), 5)
+    # A pending order holds its stock this long, then expires (cancelled, the stock back), so
+    # that an unpaid order cannot keep a product from others for ever.
+    order_hold_seconds: int = _setting("ORDER_HOLD_SECONDS", parse.integer(1, 365 * 86400), 1800)
+    # How often each server process looks for pending orders past their hold.
+    order_hold_sweep_seconds: float = _setting(
+        "ORDER_HOLD_SWEEP_SECONDS", parse.positive_number, 10.0
+    )
+    # The most of one product a customer's pending orders may hold together (admins and
+    # partners are not limited): beyond it, placing an order is 409.
+    pending_quantity_per_product_max: int = _setting(
+        "PENDING_QUANTITY_PER_PRODUCT_MAX", parse.integer(1, 2**31 - 1), 100
+    )
     # Accept webhook targets on private, loopback or link-local addresses (tests, development).
     webhook_allow_private: bool = _setting("WEBHOOK_ALLOW_PRIVATE", parse.boolean, False)
     # The worker's deliveries (events/worker.py), webhook and push alike: how long each attempt

@@ -33,8 +33,9 @@ UPPER_BOUNDS = ("maximum", "maxLength", "maxItems", "maxProperties")
 LOWER_BOUNDS = ("minimum", "minLength", "minItems", "minProperties")
 
 
-# `(?:a|b|c)`: the field names of the list language's `sort` and `fields` patterns.
-_ALTERNATION = re.compile(r"\(\?:([\w|]+)\)")
+# `(?:a|b|c)`: the field names of the list language's `sort` and `fields` patterns, dotted
+# ones (v2's `total\.amount`) included.
+_ALTERNATION = re.compile(r"\(\?:((?:[\w|]|\\\.)+)\)")
 
 
 def _pattern_narrowed(old: str | None, new: str | None) -> bool:
