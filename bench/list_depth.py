@@ -83,7 +83,7 @@ def main() -> None:
     settings = Settings(database_url=URL, rate_limit_scale=1000)
     app = create_app(settings)
     client = app.test_client()
-    token = AccessTokens(settings).issue("bench", ["products:read"])
+    token = AccessTokens(settings).issue("client:bench", ["products:read"])
     client.headers["Authorization"] = f"Bearer {token}"
 
     variants = {}

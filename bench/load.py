@@ -230,7 +230,12 @@ class Server:
 def server_secrets() -> tuple[dict, AccessTokens]:
     """The secrets every server of a run shares, as hosts would (environment variables), and the
     issuer of the clients' tokens that they trust."""
-    env = {"JWT_SECRET": secrets.token_urlsafe(32), "HMAC_SECRET": secrets.token_urlsafe(32)}
+    env = {
+        "JWT_SECRET": secrets.token_urlsafe(32),
+        "HMAC_SECRET": secrets.token_urlsafe(32),
+        # The clients' tokens last a run; a server refuses a token of its issuer that lasts longer.
+        "ACCESS_TOKEN_TTL": "3600",
+    }
     tokens = AccessTokens(Settings(jwt_secret=env["JWT_SECRET"].encode(), access_token_ttl=3600))
     return env, tokens
 
@@ -617,7 +622,7 @@ def _rate_limit_across(servers: list[Server], tokens: AccessTokens) -> dict:
     """One client's requests alternately to each instance: the shared limit (the spec's
     1000/minute for a product read) lets exactly that many through, wherever they land."""
     limit, extra = 1000, 20
-    token = tokens.issue(f"limit-probe-{secrets.token_hex(4)}", ["products:read"])
+    token = tokens.issue(f"client:limit-probe-{secrets.token_hex(4)}", ["products:read"])
     connections = [http.client.HTTPConnection("127.0.0.1", server.port) for server in servers]
     answered: dict[int, int] = {}
     for n in range(limit + extra):

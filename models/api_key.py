@@ -5,6 +5,7 @@ import peewee
 from models.base import BaseModel
 from models.errors import InvalidReference
 from models.fields import UTCDateTimeField, utc_now
+from models.revocation import Revocation
 from models.secret_tokens import digest, generate
 from models.user import ROLE_SCOPES, User
 
@@ -66,6 +67,8 @@ class ApiKey(BaseModel):
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > utc_now())
 
     def revoke(self) -> None:
+        """Refused from now on; the event streams it holds open end within seconds, on every
+        process (models/revocation.py)."""
         if self.revoked_at is None:
             self.revoked_at = utc_now()
-            self.save()
+            Revocation.end_api_key(self)

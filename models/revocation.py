@@ -1,12 +1,14 @@
 """Revocation of what a user was issued, when the user is deleted or their password, email or
-role changes; and of what one login was issued, when a refresh token of it is used twice.
+role changes; of what one login was issued, when a refresh token of it is used twice; and of an
+API key, when it is revoked.
 
 Each user has a credentials version, which every access and refresh token issued to them
 carries. A change bumps it, in the change's transaction, and records a `Revocation` row of the
 new version; the access tokens of an earlier version are then refused (shopapi/auth/revocations.py
 keeps every process's view of these rows) and the user's refresh tokens are revoked. Ending a
 login records a row naming its `family`, which its access tokens carry, and revokes its refresh
-tokens.
+tokens. Revoking an API key records a row naming `api-key:<id>` as its family, so that what
+holds the key accepted earlier (an open event stream) ends as a login's does.
 
 The rows are read by id (`id > the last one seen`), so they must become visible in id order: on
 PostgreSQL, where sequence values are handed out before commit, recording takes a lock on the
@@ -32,7 +34,8 @@ def recorded_here() -> int:
 
 class Revocation(peewee.Model):
     """The tokens of `user_id` older than `credentials_version` are revoked since `revoked_at`;
-    or, when the row names a `family`, the tokens of that login of the user."""
+    or, when the row names a `family`, the tokens of that login of the user (or that API key of
+    theirs: `api_key_family`)."""
 
     user_id = peewee.BigIntegerField()  # no foreign key: a deleted user's row stays
     credentials_version = peewee.IntegerField()
@@ -76,6 +79,18 @@ class Revocation(peewee.Model):
         _recorded_here += 1
 
     @classmethod
+    def end_api_key(cls, key) -> None:
+        """Save `key` (an ApiKey just marked revoked) with a record of its revocation, in one
+        transaction: what holds it accepted earlier (an open event stream) ends."""
+        global _recorded_here
+        with database.atomic():
+            key.save()
+            cls._create_in_id_order(
+                user_id=key.owner_id, credentials_version=0, family=api_key_family(key.id)
+            )
+        _recorded_here += 1  # committed: this process reads it at once
+
+    @classmethod
     def _create_in_id_order(cls, **fields) -> None:
         if is_postgresql():
             database.execute_sql(f'LOCK TABLE "{cls._meta.table_name}" IN EXCLUSIVE MODE')
@@ -93,6 +108,11 @@ class Revocation(peewee.Model):
         last_id = cls.select(peewee.fn.MAX(cls.id)).scalar() or 0
         rows = cls.select().where((cls.id <= last_id) & (cls.revoked_at >= cutoff))
         return last_id, [_row(row) for row in rows.order_by(cls.id)]
+
+
+def api_key_family(key_id: int) -> str:
+    """The family of an API key's revocation row: no login's (those are 32 hex digits)."""
+    return f"api-key:{key_id}"
 
 
 def _row(row: Revocation) -> tuple:

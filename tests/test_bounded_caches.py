@@ -29,12 +29,13 @@ def _tokens() -> AccessTokens:
 def test_verified_tokens_are_kept_up_to_the_bound_and_all_still_verify(monkeypatch):
     monkeypatch.setattr(token_module, "VERIFIED_CACHE_SIZE", 50)
     tokens = _tokens()
-    issued = [tokens.issue(f"user-{n}", SCOPES) for n in range(120)]
+    issued = [tokens.issue(f"client:user-{n}", SCOPES) for n in range(120)]
     for token in issued:
         tokens.verify(token)
         assert tokens.remembered <= 50
     assert tokens.remembered >= 45  # room is made a tenth at a time, not emptied
-    assert [tokens.verify(token)["sub"] for token in issued] == [f"user-{n}" for n in range(120)]
+    subjects = [tokens.verify(token)["sub"] for token in issued]
+    assert subjects == [f"client:user-{n}" for n in range(120)]
 
 
 def _bytes_kept(work, module) -> int:
@@ -81,14 +82,14 @@ def test_expired_tokens_leave_the_cache_before_current_ones(monkeypatch):
     # Accepted for 10 more seconds (the leeway past `exp`), plenty to verify them on a busy
     # machine; then refused, cached or not.
     ending_at = int(time.time()) - leeway + 10
-    ending = [tokens.issue(f"ending-{n}", SCOPES, exp=ending_at) for n in range(10)]
-    current = [tokens.issue(f"current-{n}", SCOPES) for n in range(10)]
+    ending = [tokens.issue(f"client:ending-{n}", SCOPES, exp=ending_at) for n in range(10)]
+    current = [tokens.issue(f"client:current-{n}", SCOPES) for n in range(10)]
     for token in ending + current:
         tokens.verify(token)
     assert tokens.remembered == 20
     while time.time() <= ending_at + leeway + 1:  # until the ending ones have expired
         time.sleep(0.2)
-    tokens.verify(tokens.issue("one-more", SCOPES))
+    tokens.verify(tokens.issue("client:one-more", SCOPES))
     # The ten expired went, the ten current stayed (the oldest tenth would have taken two).
     assert tokens.remembered == 11
 

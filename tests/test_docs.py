@@ -266,3 +266,21 @@ def test_no_example_names_demo_data(anonymous, version):
             if parameter["in"] == "path":
                 example = parameter.get("example", parameter["schema"].get("example"))
                 assert example is None or example > demo_rows, (operation_id, parameter["name"])
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+def test_the_docs_ui_runs_only_its_own_scripts_and_is_never_framed(client, version):
+    """No inline script (the page's options are a JSON data block), and on the page and each of
+    its assets a policy that runs scripts from the app only and forbids framing."""
+    page = client.get(f"/{version}/ui/")
+    scripts = re.findall(r"<script([^>]*)>", page.text)
+    assert all("src=" in attributes or "application/json" in attributes for attributes in scripts)
+    assets = re.findall(r"(?:src|href)=\"\./([^\"]+)\"", page.text)
+    assert "shopapi/docs-ui.js" in assets
+    for response in [page, *(client.get(f"/{version}/ui/{asset}") for asset in assets)]:
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self';" in policy
+        assert "frame-ancestors 'none'" in policy
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from support.event_stream import messages_of, stream, unread_stream
 from support.helpers import (
+    TOKENS,
     WAIT_SECONDS,
     assert_problem,
     bearer,
@@ -410,3 +411,72 @@ def test_an_api_keys_stream_ends_when_its_owner_is_demoted(base, admin):
         [event] = events.events(1)
     assert (event["event"], event["data"]["resource_id"]) == ("order.created", placed.json()["id"])
     assert event["data"]["actor_subject"] == ""
+
+
+# What a stream ends by, once its credentials are no longer valid: within this of the change
+# (the poller's reads, a revocation read on another process within a second), on a busy machine.
+ENDS_WITHIN_SECONDS = 5
+
+
+def _api_key(admin, owner: dict, scopes: list[str], **fields) -> tuple[int, dict]:
+    issued = admin.post(
+        "/v1/api-keys",
+        json={"name": "feed", "scopes": scopes, "owner_id": owner["id"], **fields},
+    )
+    assert issued.status_code == 201, issued.text
+    return issued.json()["id"], {"X-API-Key": issued.json()["key"]}
+
+
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+def test_an_api_keys_stream_ends_when_the_key_is_revoked(base, elsewhere, admin, where):
+    """Revoked on this server process or another: the stream ends as an owner's change ends
+    it, and shows nothing that happened after (here: what the process itself revoked, it knows
+    before it reads another event)."""
+    owner, other = create_user(admin, role="admin"), create_user(admin)
+    product = create_product(admin, stock=5)
+    key_id, key = _api_key(admin, owner, ["orders:read", "admin"])
+    with (
+        stream(base, key) as events,
+        httpx.Client(
+            base_url=base if where == "here" else elsewhere, headers=bearer(), timeout=WAIT_SECONDS
+        ) as revoker,
+    ):
+        revoked = revoker.delete(f"/v1/api-keys/{key_id}")
+        assert revoked.status_code == 204, revoked.text
+        revoked_at = time.monotonic()
+        placed = place_order(admin, other, (product, 1), note="private")
+        assert placed.status_code == 201, placed.text
+        received = events.until_ended()
+        assert time.monotonic() - revoked_at < ENDS_WITHIN_SECONDS
+        assert events.ended_cleanly
+    if where == "here":
+        assert [message for message in received if "data" in message] == []
+    with stream(base, key) as again:
+        again.response.read()
+        assert_problem(again.response, 401)
+
+
+def test_an_api_keys_stream_ends_when_the_key_expires(base, admin):
+    owner = create_user(admin, role="partner")
+    expires_at = time.time() + 3
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(expires_at))
+    stamp += f".{int(expires_at % 1 * 1000):03d}Z"
+    _, key = _api_key(admin, owner, ["products:read"], expires_at=stamp)
+    with stream(base, key) as events:
+        events.until_ended()
+        ended_at = time.time()
+    assert expires_at - 0.5 < ended_at < expires_at + ENDS_WITHIN_SECONDS
+    with stream(base, key) as again:
+        again.response.read()
+        assert_problem(again.response, 401)
+
+
+def test_a_tokens_stream_ends_at_the_tokens_expiry(base):
+    """Whoever issued it: the stream is not served past `exp`, though the token is accepted
+    a little longer (the clocks' leeway)."""
+    expires_at = int(time.time()) + 3
+    token = TOKENS.issue("client:short-lived", ["products:read"], exp=expires_at)
+    with stream(base, {"Authorization": f"Bearer {token}"}) as events:
+        events.until_ended()
+        ended_at = time.time()
+    assert expires_at - 1 < ended_at < expires_at + ENDS_WITHIN_SECONDS

@@ -18,7 +18,15 @@ import pytest
 from support.helpers import bearer, wait_for
 from support.live import ROOT, SERVE_OPTIONS, live_server
 from support.metrics_text import sample_sum
-from support.raw_http import connect, parse, post_head, problem_of, read_response, trickle
+from support.raw_http import (
+    connect,
+    parse,
+    post_head,
+    problem_of,
+    read_response,
+    read_response_or_continue,
+    trickle,
+)
 
 from models.db import open_database
 from models.migrations import migrate
@@ -63,13 +71,25 @@ def hurried(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory):
-    """A server receiving at most 3 MiB of bodies at once, and giving each all the time a test
-    needs."""
+    """A server holding at most 3 MiB of arriving bodies, 1.5 MiB of them one client's, and
+    giving each body all the time a test needs, at any rate."""
     url = _migrated_sqlite(tmp_path_factory)
     with live_server(
         url,
         REQUEST_BODIES_IN_FLIGHT_MAX_BYTES=str(3 * MIB),
+        REQUEST_BODIES_PER_CLIENT_MAX_BYTES=str(SHARE),
         REQUEST_BODY_TIMEOUT_SECONDS="3600",
+        REQUEST_BODY_MIN_BYTES_PER_SECOND="0",
+    ) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def demanding(tmp_path_factory):
+    """A server wanting 1,000 bytes a second of a body after a second's grace."""
+    url = _migrated_sqlite(tmp_path_factory)
+    with live_server(
+        url, REQUEST_BODY_MIN_BYTES_PER_SECOND="1000", REQUEST_BODY_GRACE_SECONDS="1"
     ) as base:
         yield base
 
@@ -154,12 +174,13 @@ def test_a_head_that_does_not_arrive_in_time_is_given_up(base):
 
 
 MIB = 1024 * 1024
+SHARE = 3 * MIB // 2
 JSON = b"application/json"
 FORM = b"application/x-www-form-urlencoded"
 
 
-def _authorization() -> bytes:
-    return b"Authorization: " + bearer()["Authorization"].encode()
+def _authorization(subject: str = "client:tests") -> bytes:
+    return b"Authorization: " + bearer(subject)["Authorization"].encode()
 
 
 def _product(sku: str) -> bytes:
@@ -170,11 +191,11 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def _given_up_on(base: str, head: bytes, pieces) -> bytes:
-    """`head`, then `pieces` one at a time: the answer once the server closes."""
+def _given_up_on(base: str, head: bytes, pieces, every: float = 0.5) -> bytes:
+    """`head`, then `pieces` one every `every` seconds: the answer once the server closes."""
     with connect(base) as connection:
         connection.sendall(head)
-        return trickle(connection, pieces)
+        return trickle(connection, pieces, every)
 
 
 def test_a_body_that_does_not_arrive_in_time_is_given_up(hurried):
@@ -231,25 +252,47 @@ def test_a_slow_body_within_the_time_is_served_and_its_connection_kept(base):
         assert json.loads(body)["sku"] == "SLOW-2"
 
 
+# A request with a small body, refused at once whenever it is let in (no grant of that name).
+LOGIN_FORM = b"grant_type=none"
+
+
+def _answer_to_login(base: str, source: str, status: int | None = None) -> bytes | None:
+    """The answer to a login from `source`; None when `status` is given and not the answer's."""
+    login = post_head("/v1/oauth/token", FORM, b"Connection: close", length=len(LOGIN_FORM))
+    with connect(base, source) as connection:
+        connection.sendall(login + LOGIN_FORM)
+        answer = trickle(connection, ())
+    answered = parse(answer)[0].startswith(b"HTTP/1.1 %d " % status) if status else True
+    return answer if answered else None
+
+
+def _asking(base: str, source: str, status: int, *headers: bytes) -> bytes | None:
+    """The answer to a body of 1 MiB from `source` that asks before it is sent (Expect:
+    100-continue), if its status is `status`: one let in takes no room."""
+    head = post_head("/v1/products", JSON, *headers, b"Expect: 100-continue", length=MIB)
+    with connect(base, source) as connection:
+        connection.sendall(head)
+        answer = read_response_or_continue(connection)
+    return answer if parse(answer)[0].startswith(b"HTTP/1.1 %d " % status) else None
+
+
+def _holding(base: str, source: str, sent: int, *headers: bytes) -> socket.socket:
+    """A connection from `source` announcing a body of 1 MiB and sending `sent` bytes of it."""
+    connection = connect(base, source)
+    connection.sendall(post_head("/v1/products", JSON, *headers, length=MIB))
+    connection.sendall(b" " * sent)
+    return connection
+
+
 def test_bodies_in_flight_are_bounded_and_other_requests_still_served(bounded):
-    # A request with a small body, refused at once whenever it is let in (no grant of that name).
-    form = b"grant_type=none"
-    login = post_head("/v1/oauth/token", FORM, b"Connection: close", length=len(form)) + form
-
-    def answer_to_login(refused: bool) -> bytes | None:
-        with connect(bounded) as connection:
-            connection.sendall(login)
-            answer = trickle(connection, ())
-        return answer if parse(answer)[0].startswith(b"HTTP/1.1 503 ") == refused else None
-
-    # Three bodies of 1 MiB announced, half of each sent: the 3 MiB bound is taken.
-    held = [connect(bounded) for _ in range(3)]
+    # Four clients' bodies of 1 MiB, three quarters of each sent: the 3 MiB bound is taken.
+    held = [
+        _holding(bounded, f"127.0.0.{n}", 3 * MIB // 4, _authorization(f"client:holder-{n}"))
+        for n in (2, 3, 4, 5)
+    ]
     try:
-        for connection in held:
-            connection.sendall(post_head("/v1/products", JSON, _authorization(), length=MIB))
-            connection.sendall(b" " * (MIB // 2))
-        # The next body is refused before it is read, and says when to try again.
-        answer = wait_for(lambda: answer_to_login(refused=True), "a body refused at the bound")
+        # The next body is refused, and says when to try again.
+        answer = wait_for(lambda: _asking(bounded, "127.0.0.6", 503), "a body refused at the bound")
         assert problem_of(answer, 503)["detail"] == (
             "The server is receiving too many request bodies at once."
         )
@@ -258,11 +301,78 @@ def test_bodies_in_flight_are_bounded_and_other_requests_still_served(bounded):
         assert httpx.get(f"{bounded}/v1/openapi.json").status_code == 200
         # A body given up by its client makes room for the next one.
         held.pop().close()
-        answer = wait_for(lambda: answer_to_login(refused=False), "a body let in again")
+        answer = wait_for(lambda: _answer_to_login(bounded, "127.0.0.6", 400), "room again")
         assert parse(answer)[0] == b"HTTP/1.1 400 Bad Request", answer
     finally:
         for connection in held:
             connection.close()
+
+
+def test_bodies_announced_and_not_sent_keep_no_one_else_out(bounded):
+    """Room is taken as a body's bytes come, not for the Content-Length its head announces:
+    a client's idle connections, however many, hold none (each announcing 1 MiB, 40 would have
+    held 40 MiB of the 3)."""
+    idle = [_holding(bounded, "127.0.0.1", 0, _authorization()) for _ in range(40)]
+    try:
+        assert parse(_answer_to_login(bounded, "127.0.0.6"))[0] == b"HTTP/1.1 400 Bad Request"
+        product = json.loads(_product("IDLE-1"))
+        created = httpx.post(f"{bounded}/v1/products", json=product, headers=bearer())
+        assert created.status_code == 201, created.text
+        # The idle client's own next body is let in too: nothing of its share is taken.
+        assert parse(_answer_to_login(bounded, "127.0.0.1"))[0] == b"HTTP/1.1 400 Bad Request"
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+@pytest.mark.parametrize("shared", ["address", "credentials"])
+def test_one_client_holds_at_most_its_share_of_the_bodies(bounded, shared):
+    """A client is its address (an IPv6 address's /64) and, apart, the credentials it presents:
+    what it holds beyond REQUEST_BODIES_PER_CLIENT_MAX_BYTES is refused with 429, to it alone."""
+    if shared == "address":  # one address, different credentials
+        sources = ["127.0.0.7"] * 4
+        credentials = [_authorization(f"client:holder-{n}") for n in range(4)]
+    else:  # one credential, different addresses
+        sources = [f"127.0.0.{n}" for n in (8, 9, 10, 11)]
+        credentials = [_authorization()] * 4
+    pairs = list(zip(sources, credentials, strict=True))
+    held = [_holding(bounded, source, MIB // 2, credential) for source, credential in pairs[:3]]
+    try:
+        source, credential = pairs[3]
+        answer = wait_for(
+            lambda: _asking(bounded, source, 429, credential), "the client's share to be held"
+        )
+        assert problem_of(answer, 429)["detail"] == (
+            "This client is sending too many request bodies at once."
+        )
+        assert parse(answer)[1]["retry-after"] == "1"
+        # Everyone else's bodies are let in meanwhile.
+        assert parse(_answer_to_login(bounded, "127.0.0.12"))[0] == b"HTTP/1.1 400 Bad Request"
+    finally:
+        for connection in held:
+            connection.close()
+
+
+def test_a_body_below_the_minimum_rate_is_given_up_after_its_grace(demanding):
+    # 50 bytes a second where 1,000 are asked for: 408 once the second's grace is over, long
+    # before the body's 30 s. A body at twice the rate, for three seconds, is served.
+    product = _product("TRICKLE-1")
+    head = post_head("/v1/products", JSON, _authorization(), length=len(product) + 1000)
+    started = time.monotonic()
+    answer = _given_up_on(demanding, head, itertools.repeat(b" " * 5), every=0.1)
+    took = time.monotonic() - started
+    assert problem_of(answer, 408)["detail"] == (
+        "The request's body arrives slower than 1000 bytes a second."
+    )
+    assert 1 <= took < 10
+    sound = _product("SOUND-1") + b" " * 6000
+    with connect(demanding) as connection:
+        connection.sendall(post_head("/v1/products", JSON, _authorization(), length=len(sound)))
+        for start in range(0, len(sound), 200):
+            connection.sendall(sound[start : start + 200])
+            time.sleep(0.1)  # 2,000 bytes a second: the pace under test
+        status, _, body = parse(read_response(connection))
+    assert status == b"HTTP/1.1 201 Created", body
 
 
 def _requests_counted(base: str, **labels) -> float:

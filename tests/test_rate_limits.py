@@ -421,6 +421,36 @@ def test_a_trusted_proxy_makes_the_forwarded_address_count(app, database_url):
         assert statuses == [400] * 20 + [429]
 
 
+def _one_slash_64(n: int) -> list[str]:
+    """`n` addresses of one IPv6 /64, as one host picks them (privacy extensions), forwarded
+    in several spellings."""
+    prefix = f"2001:db8:{uuid.uuid4().hex[:4]}:7"
+    spellings = ["{}::{:x}", "[{}:0:0:0:{:x}]:443", "{}:0::{:x}"]
+    return [spellings[i % 3].format(prefix, i + 1) for i in range(n)]
+
+
+@pytest.mark.slow
+def test_every_address_keyed_limit_counts_an_ipv6_slash_64_as_one_address(app, database_url):
+    """The token endpoint's 20 a minute per address and the refused credentials' 20 a minute
+    per address: 30 addresses of one /64 get what one address gets."""
+    with live_server(database_url, RATE_LIMIT_SCALE="1", FORWARDED_ALLOW_IPS="127.0.0.1") as base:
+        statuses, refused = _password_grants(base, _one_slash_64(30), _strangers(30))
+        assert statuses == [400] * 20 + [429] * 10
+        assert "This client may call this operation 20 times" in refused.json()["detail"]
+        # Another /64 has its own quota.
+        assert _password_grants(base, _one_slash_64(1), _strangers(1))[0] == [400]
+        with httpx.Client(base_url=base, timeout=60) as http:
+            guesses = [
+                http.get(
+                    "/v1/products",
+                    headers={"X-Forwarded-For": address, "X-API-Key": f"shk_guess-{i}"},
+                )
+                for i, address in enumerate(_one_slash_64(25))
+            ]
+        assert [r.status_code for r in guesses] == [401] * 20 + [429] * 5
+        assert "failed authentication" in guesses[-1].json()["detail"]
+
+
 @pytest.mark.slow
 def test_wrong_passwords_for_one_account_are_limited_from_any_address(client, database_url):
     create_user(client, email="dora@example.com", password="dora-password")

@@ -74,8 +74,17 @@ def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
+    # Whatever a test does, the page's Content-Security-Policy refuses nothing it needs.
+    refused = []
+    page.on(
+        "console",
+        lambda message: (
+            refused.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     yield page
     context.close()
+    assert refused == []
 
 
 def admin_token(base: str) -> str:
@@ -288,6 +297,55 @@ def test_authorization_outlives_a_reload(base, page):
     expect(section.get_by_role("button", name="Logout")).to_be_visible()
     close_dialog(page, dialog)
     assert try_it_out(page, "list_products") == "200"
+
+
+def _stored(page) -> str:
+    """Everything the page keeps in the browser's storage, as one string."""
+    return page.evaluate(
+        "() => JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)])"
+    )
+
+
+def test_the_browser_keeps_no_password_and_no_refresh_token(base, page):
+    """persistAuthorization would keep the password flow's whole state in localStorage, the
+    password and the 14-day refresh token included: only the access token is kept."""
+    issued = []
+
+    def token_answered(response):
+        if response.url == f"{base}/v1/oauth/token" and response.status == 200:
+            issued.append(response.json())
+
+    page.on("response", token_answered)
+    authorise_with_password(page, base)
+    [tokens] = issued
+    for moment in ("authorised", "reloaded"):
+        stored = _stored(page)
+        assert ADMIN["ADMIN_PASSWORD"] not in stored, moment
+        assert tokens["refresh_token"] not in stored, moment
+        assert tokens["access_token"] in stored, moment  # what a reload keeps
+        page.reload()
+    assert try_it_out(page, "list_products") == "200"
+
+
+def test_a_password_an_earlier_page_kept_is_forgotten_on_the_next_load(base, page):
+    page.goto(f"{base}/v1/ui/")
+    earlier = {
+        "oauth2": {
+            "name": "oauth2",
+            "schema": {"type": "oauth2", "flow": "password"},
+            "username": ADMIN["ADMIN_EMAIL"],
+            "password": ADMIN["ADMIN_PASSWORD"],
+            "token": {"access_token": admin_token(base), "refresh_token": "shr_earlier"},
+        },
+        "apiKey": {"name": "apiKey", "schema": {"type": "apiKey"}, "value": "shk_earlier"},
+    }
+    page.evaluate("(value) => localStorage.setItem('authorized', value)", json.dumps(earlier))
+    page.reload()
+    expect(page.get_by_role("button", name="Authorize")).to_be_visible()
+    stored = _stored(page)
+    for secret in (ADMIN["ADMIN_PASSWORD"], "shr_earlier", "shk_earlier"):
+        assert secret not in stored
+    assert earlier["oauth2"]["token"]["access_token"] in stored
 
 
 def _measured(parameters: Locator) -> str:

@@ -205,6 +205,11 @@ def test_the_first_admin_is_created_at_start_up_once(app, database_url):
         {"sub": "02"},
         {"sub": "0"},
         {"sub": "3 "},
+        {"sub": " 9"},  # int() reads it as 9: once a principal with no user, never revoked
+        {"sub": "+9"},
+        {"sub": "robot-7"},  # neither a user nor a client
+        {"sub": "client:"},
+        {"sub": "client:a b"},
         {"sub": str(2**63)},  # beyond the databases' integers
         {"sub": "1" * 4500},  # beyond what int() reads
         {"sub": "1", "cred_ver": "x"},
@@ -226,9 +231,38 @@ def test_a_token_of_ours_with_a_user_claim_not_in_its_exact_form_is_401(anonymou
     assert any(name in body["detail"] for name in changes)
 
 
-@pytest.mark.parametrize("subject", ["1", "42", str(2**63 - 1), "client:erp", "robot-7"])
-def test_a_canonical_user_id_or_a_name_is_a_subject_of_ours(anonymous, subject):
+@pytest.mark.parametrize(
+    "subject", ["1", "42", str(2**63 - 1), "client:erp", "client:shc_" + "a-_Z9" * 8 + "abc"]
+)
+def test_a_canonical_user_id_or_a_client_is_a_subject_of_ours(anonymous, subject):
     token = jwt.encode(claims(sub=subject, cred_ver=0), JWT_SECRET, algorithm="HS256")
+    assert anonymous.get("/v1/products", headers=_as(token)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        {"exp": 1e308},
+        {"exp": 901},  # a second longer than ACCESS_TOKEN_TTL (900)
+        {"iat": 3600, "exp": 3900},  # issued in an hour
+        {"iat": -(10**9), "exp": 300},
+    ],
+    ids=repr,
+)
+def test_a_token_of_ours_with_times_we_never_issue_is_401(anonymous, times):
+    """`exp` at most ACCESS_TOKEN_TTL after `iat`, and `iat` not in the future: a token
+    of ours that lasts for ever is one nobody can revoke. Times relative to now."""
+    now = int(time.time())
+    changes = {name: value if value == 1e308 else now + value for name, value in times.items()}
+    token = jwt.encode(claims(**changes), JWT_SECRET, algorithm="HS256")
+    response = anonymous.get("/v1/products", headers=_as(token))
+    body = assert_problem(response, 401)
+    assert "iat" in body["detail"] or "exp" in body["detail"]
+
+
+def test_a_token_of_ours_lasting_exactly_its_lifetime_is_accepted(anonymous):
+    now = int(time.time())
+    token = jwt.encode(claims(iat=now, exp=now + 900), JWT_SECRET, algorithm="HS256")
     assert anonymous.get("/v1/products", headers=_as(token)).status_code == 200
 
 

@@ -149,7 +149,7 @@ def test_partners_manage_their_own_webhooks_and_customers_none(client, anonymous
         admins["id"],
     }
     # Credentials acting for no user and without `admin` own nothing: whose events would it get?
-    no_user = bearer("x", ["webhooks"])
+    no_user = bearer("client:x", ["webhooks"])
     assert_problem(anonymous.post("/v1/webhooks", json=HOOK, headers=no_user), 403)
     # ... nor reach the admin's webhooks, which have no owner either.
     assert anonymous.get("/v1/webhooks", headers=no_user).json()["data"] == []

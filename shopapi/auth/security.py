@@ -12,6 +12,7 @@ from connexion.exceptions import OAuthProblem, OAuthScopeProblem
 
 from models import ApiKey, off_loop
 from models.db import database
+from models.revocation import api_key_family
 from models.user import ROLE_SCOPES
 from models.visibility import Viewer
 from shopapi.auth.revocations import Revocations
@@ -127,7 +128,12 @@ def token_info(token: str, request) -> dict:
     subject = claims["sub"]
     # Ours are checked for their exact form when verified (user_id_of cannot fail here).
     user_id = user_id_of(subject) if claims["iss"] == keys.tokens.issuer else None
-    info = {"sub": subject, "scope": claims.get("scope", ""), "user_id": user_id}
+    info = {
+        "sub": subject,
+        "scope": claims.get("scope", ""),
+        "user_id": user_id,
+        EXPIRES_AT: claims["exp"],
+    }
     if user_id is None:
         return info  # a client's, or another issuer's: no user of ours revokes it
     info[_CREDENTIALS_VERSION] = claims.get(CREDENTIALS_VERSION, 0)
@@ -157,16 +163,19 @@ def _refuse_if_revoked(revocations: Revocations, info: dict) -> None:
 
 
 # In the claims a check accepted: the credentials version of the user they act for, and the
-# login (refresh token family) a token of ours was issued to.
+# login (refresh token family) a token of ours was issued to, or the API key's revocation family.
 _CREDENTIALS_VERSION = "credentials_version"
 _LOGIN = "login"
+# And when the credentials stop being valid (a POSIX time; None: never), which ends a stream
+# they hold open: a token's `exp`, an API key's `expires_at`.
+EXPIRES_AT = "expires_at"
 
 
 def revocable(info: dict) -> tuple[int, int, str | None] | None:
-    """The user, their credentials version and the login whose revocation (models/revocation.py)
-    ends what the credentials of the claims `info` were accepted for; None for an OAuth client's
-    or another issuer's token. A request is checked once; an open event stream goes on checking
-    (Revocations.ends)."""
+    """The user, their credentials version and the login (or API key) whose revocation
+    (models/revocation.py) ends what the credentials of the claims `info` were accepted for;
+    None for an OAuth client's or another issuer's token. A request is checked once; an open
+    event stream goes on checking (Revocations.ends)."""
     if _CREDENTIALS_VERSION not in info:
         return None
     return info["user_id"], info[_CREDENTIALS_VERSION], info.get(_LOGIN)
@@ -190,8 +199,10 @@ async def api_key_info(api_key: str, required_scopes: list[str] | None) -> dict:
         "scope": " ".join(sorted(scopes)),
         "user_id": key.owner_id,
         # The owner's version as the key was checked: a change of the owner's since (a new
-        # role, a deletion) ends a stream the key holds open.
+        # role, a deletion) ends a stream the key holds open; so does the key's revocation.
         _CREDENTIALS_VERSION: owner_version,
+        _LOGIN: api_key_family(key.id),
+        EXPIRES_AT: key.expires_at.timestamp() if key.expires_at is not None else None,
     }
 
 

@@ -44,6 +44,9 @@ _LOGIN_ID = re.compile(r"[0-9a-f]{32}")
 # leading zero) up to the databases' largest integer, as str(user.id) writes them.
 _USER_ID = re.compile(r"[1-9][0-9]{0,18}")
 _LARGEST_ID = 2**63 - 1
+# The other subjects of our tokens: an OAuth client's, `client:` and its client id (URL-safe
+# characters, at most 64: models/oauth_client.py).
+_CLIENT = re.compile(r"client:[A-Za-z0-9_-]{1,64}")
 # Tokens issued here whose signature has been checked, kept with their claims so that a client's
 # next requests skip the check (an HMAC or RSA verification and two base64/JSON decodes each).
 # At most this many, when full the expired ones first (the cache refuses them anyway), then the
@@ -78,14 +81,16 @@ class InvalidToken(Exception):
 
 
 def user_id_of(subject: str) -> int | None:
-    """The user a `sub` of ours names, None when it names none (a client's `client:<id>`). A
-    subject that starts with a digit of any script is a user's id, or InvalidToken: `int()`
-    would read `"02"` and `"٣"` as users 2 and 3, and fail on `"²"`, which `isdigit()` passes."""
-    if not subject[:1].isnumeric():
+    """The user a `sub` of ours names, None for a client's (`client:<client id>`); anything
+    else is InvalidToken. `int()` would read `"02"`, `" 9"`, `"+9"` and `"٣"` as users; a
+    subject that is neither form would be a principal with no user, and nothing to revoke."""
+    if _USER_ID.fullmatch(subject) and int(subject) <= _LARGEST_ID:
+        return int(subject)
+    if _CLIENT.fullmatch(subject):
         return None
-    if _USER_ID.fullmatch(subject) is None or int(subject) > _LARGEST_ID:
-        raise InvalidToken("The token's sub claim is not a user's id (a decimal integer).")
-    return int(subject)
+    raise InvalidToken(
+        "The token's sub claim is neither a user's id (a decimal integer) nor a client's."
+    )
 
 
 def _check_times(claims: Mapping) -> None:
@@ -95,8 +100,10 @@ def _check_times(claims: Mapping) -> None:
         raise InvalidToken("The token's exp, iat and nbf claims must be numbers.")
 
 
-def _check_user_claims(claims: Mapping) -> None:
-    """The claims of a token of ours about its user are in their exact form (InvalidToken)."""
+def _check_our_claims(claims: Mapping, ttl: int) -> None:
+    """The claims of a token of ours are in their exact form (InvalidToken): its subject a user
+    or a client, its user's claims exact, and its times those of a token we issue (issued
+    before now, lasting at most `ttl`)."""
     user_id_of(claims["sub"])
     version = claims.get(CREDENTIALS_VERSION, 0)
     if type(version) is not int or not 0 <= version <= _LARGEST_ID:
@@ -104,6 +111,12 @@ def _check_user_claims(claims: Mapping) -> None:
     login = claims.get(LOGIN, "")
     if LOGIN in claims and not (isinstance(login, str) and _LOGIN_ID.fullmatch(login)):
         raise InvalidToken("The token's sid claim is not a login's id.")
+    if claims["iat"] > time.time() + EXPIRY_LEEWAY:
+        raise InvalidToken("The token's iat claim is in the future.")
+    if claims["exp"] - claims["iat"] > ttl:
+        raise InvalidToken(
+            f"The token's exp claim is more than {ttl} seconds (ACCESS_TOKEN_TTL) after its iat."
+        )
 
 
 def _thumbprint(public_jwk: dict) -> str:
@@ -294,14 +307,13 @@ class AccessTokens:
             options=_REQUIRED,
         )
 
-    @staticmethod
-    def _checked(claims: Mapping, ours: bool) -> Mapping:
+    def _checked(self, claims: Mapping, ours: bool) -> Mapping:
         """The claims jose accepted, held to what jose does not check (InvalidToken)."""
         _check_times(claims)
         if not isinstance(claims.get("sub"), str) or not isinstance(claims.get("scope", ""), str):
             raise InvalidToken("The token's sub and scope claims must be strings.")
         if ours:
-            _check_user_claims(claims)
+            _check_our_claims(claims, self.ttl)
         return claims
 
     def derived_key(self, purpose: str) -> bytes:

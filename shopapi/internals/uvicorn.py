@@ -47,6 +47,16 @@ def default_headers(protocol: HttpToolsProtocol) -> list[tuple[bytes, bytes]]:
     return list(getattr(protocol.server_state, "default_headers", []))
 
 
+def waits_for_the_app(protocol: HttpToolsProtocol) -> bool:
+    """Whether the request's body waits for the app, not for its client: uvicorn has paused
+    reading until the app takes what came (its undocumented flow control's `read_paused`), or has
+    not yet sent the `100 Continue` the client waits for (its cycle's
+    `waiting_for_100_continue`)."""
+    cycle = protocol.cycle
+    waiting = cycle is not None and cycle.waiting_for_100_continue
+    return protocol.flow.read_paused or waiting
+
+
 def end_cycle(protocol: HttpToolsProtocol) -> None:
     """End the app's request cycle at once, as if its client had gone: marked disconnected, its
     wait for the body woken (uvicorn's undocumented RequestResponseCycle). Nothing more of the
@@ -62,6 +72,7 @@ def end_cycle(protocol: HttpToolsProtocol) -> None:
 RELIED_UPON = [
     (_FlowControl, "_transport", None),
     (_FlowControl, "_is_writable_event", None),
+    (_FlowControl, "read_paused", None),
     (HttpToolsProtocol, "_should_upgrade", ["self"]),
     (HttpToolsProtocol, "server_state", None),
     (HttpToolsProtocol, "cycle", None),
@@ -88,4 +99,6 @@ RELIED_UPON = [
     (RequestResponseCycle, "response_complete", None),
     (RequestResponseCycle, "disconnected", None),
     (RequestResponseCycle, "message_event", None),
+    (RequestResponseCycle, "waiting_for_100_continue", None),
+    (HttpToolsProtocol, "client", None),
 ]

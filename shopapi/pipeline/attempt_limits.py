@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import ipaddress
 import logging
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ from starlette.types import Scope
 
 from shopapi.auth.attempts import Attempt
 from shopapi.contract.operations import Operations
+from shopapi.pipeline.address_groups import address_group
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled_each
 from shopapi.pipeline.request_facts import client_address
 from shopapi.telemetry import metrics
@@ -103,18 +103,6 @@ def open_gate(
     )
 
 
-def _address_group(address: str) -> str:
-    """The address, or an IPv6 address's /64: one host's (privacy extensions give it a new
-    address a day) and the least any client of IPv6 has to pick addresses from."""
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if parsed.version == 6:
-        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
-    return address
-
-
 def _digest(*parts: str) -> str:
     # Neither the account's name (an email) nor the address is kept in the store, only this.
     text = "\0".join(parts)
@@ -139,7 +127,7 @@ class AttemptGate:
 
     @functools.cached_property
     def _client(self) -> str:
-        return _address_group(self.address)
+        return address_group(self.address)
 
     @functools.cached_property
     def _spares_known_addresses(self) -> bool:

@@ -14,7 +14,7 @@ from connexion.exceptions import Forbidden, ProblemException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models import Event
-from shopapi.auth.security import Principal, revocable
+from shopapi.auth.security import EXPIRES_AT, Principal, revocable
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
 from shopapi.internals import connexion as connexion_internals
@@ -58,9 +58,8 @@ class EventStreamMiddleware:
         if operation is None or operation.id != OPERATION_ID:
             await self.app(scope, receive, send)
             return
-        # Its lifetime runs from here: catching up, and writes the client is slow to take, count.
-        deadline = asyncio.get_running_loop().time() + self.max_seconds
         info = connexion_internals.token_info(scope)
+        deadline = _deadline(self.max_seconds, info.get(EXPIRES_AT))
         principal = Principal.of(info)
         resource_types = readable_resource_types(principal.scopes)
         if not resource_types:
@@ -199,6 +198,16 @@ class _Stream:
     async def _write(self, body: bytes) -> None:
         if body:
             await self.send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+def _deadline(max_seconds: float, expires_at: float | None) -> float:
+    """When the stream ends, in the loop's time: its lifetime runs from here (catching up, and
+    writes the client is slow to take, count), and never past its credentials' expiry."""
+    loop_now = asyncio.get_running_loop().time()
+    deadline = loop_now + max_seconds
+    if expires_at is not None:
+        deadline = min(deadline, loop_now + expires_at - time.time())
+    return deadline
 
 
 def _expire(lifetime: asyncio.Timeout) -> None:

@@ -9,8 +9,9 @@ from connexion.middleware.routing import RoutingMiddleware
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Router
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shopapi import docs_ui
 from shopapi.docs_ui import DocsUIAPI
 from shopapi.internals.connexion import router_of
 
@@ -37,9 +38,9 @@ class ExactRoutingMiddleware(RoutingMiddleware):
 
 
 class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
-    """Connexion's docs UI, with our page (shopapi/docs_ui) and without Starlette's slash
-    redirects. Only the docs' own paths go through its router: every other request would cross
-    it to find no route there."""
+    """Connexion's docs UI, with our page (shopapi/docs_ui) and its headers, and without
+    Starlette's slash redirects. Only the docs' own paths go through its router: every other
+    request would cross it to find no route there."""
 
     def __init__(self, app: ASGIApp):
         super().__init__(app)
@@ -74,7 +75,13 @@ class ExactSwaggerUIMiddleware(SwaggerUIMiddleware):
             # A copy, as Connexion's router below hands on when no route matches.
             await self.app(scope.copy(), receive, send)
             return
-        await super().__call__(scope, receive, send)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *docs_ui.HEADERS]}
+            await send(message)
+
+        await super().__call__(scope, receive, send_with_headers)
 
 
 # `/` and `\` percent-encoded, in either case.

@@ -1,11 +1,13 @@
 """The HTTP/1.1 protocol `make serve` and ops/gunicorn.conf.py speak: uvicorn's httptools one,
 with the limits on a request it lacks: its head's size and time (414, 431, 408), its body's time
-(408) and the bodies a process receives at once (503), as problem+json, the connection closed;
-and on how long a response waits for a client that reads nothing. Design: docs/pipeline.md."""
+and rate (408) and the bodies a process and each client hold at once (503, 429), as problem+json,
+the connection closed; and on how long a response waits for a client that reads nothing. Design:
+docs/pipeline.md."""
 
 import asyncio
 import functools
 import gc
+import hashlib
 import http
 import json
 import socket
@@ -19,6 +21,8 @@ from uvicorn_worker import UvicornWorker as _UvicornWorker
 from shopapi.internals import uvicorn as uvicorn_internals
 from shopapi.internals.uvicorn import FlowControl, HttpToolsProtocol
 from shopapi.pipeline import response_headers
+from shopapi.pipeline.address_groups import address_group
+from shopapi.pipeline.forwarded import TrustedProxies
 from shopapi.settings import Settings
 
 # As much as nginx buffers for a request's head by default (1 KiB + 4 x 8 KiB); h11's is 16 KiB.
@@ -36,6 +40,10 @@ YOUNGEST_COLLECTED_AFTER = 10_000
 # Room is made as soon as a body has arrived, in milliseconds on a sound link; a slow client
 # holds its room at most REQUEST_BODY_TIMEOUT_SECONDS.
 BUSY_RETRY_AFTER_SECONDS = 1
+# How often an arriving body's rate is judged (once its grace is over).
+RATE_CHECK_SECONDS = 1.0
+# The request headers that tell a client apart from others at its address: its credentials.
+_CREDENTIALS = (b"authorization", b"x-api-key")
 
 
 class BoundedWrites(FlowControl):
@@ -85,22 +93,44 @@ class _Parser:
 
 
 class BodiesInFlight:
-    """The bytes of request bodies a process is receiving, within `max_bytes`: each body takes
-    room for its Content-Length when its head ends (a chunked one as it arrives), and gives it
-    back when it has arrived, been answered, or its connection ended."""
+    """The bytes of request bodies a process holds while they arrive, within `max_bytes` in all
+    and `per_client` for each client (its address group, its credentials): each body takes room
+    for its bytes as they come, and gives it back when it has arrived, been answered, or its
+    connection ended. Room is taken for what came, not for what a head announces: a client
+    announcing bodies it does not send holds nothing."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, per_client: int):
         self.max_bytes = max_bytes
+        self.per_client = per_client
         self.taken = 0
+        self._taken_by: dict[str, int] = {}  # only the clients holding some
 
-    def take(self, size: int) -> bool:
+    def refusal(self, size: int, clients: tuple[str, ...]) -> int | None:
+        """The status refusing `size` more bytes of `clients`: 503 when the process has no room,
+        429 when one of them has used its share; None when there is room."""
         if self.taken + size > self.max_bytes:
-            return False
-        self.taken += size
-        return True
+            return 503
+        if any(self._taken_by.get(client, 0) + size > self.per_client for client in clients):
+            return 429
+        return None
 
-    def give_back(self, size: int) -> None:
+    def take(self, size: int, clients: tuple[str, ...]) -> int | None:
+        """Room for `size` bytes of `clients`, or the refusal's status (nothing taken)."""
+        refused = self.refusal(size, clients)
+        if refused is None:
+            self.taken += size
+            for client in clients:
+                self._taken_by[client] = self._taken_by.get(client, 0) + size
+        return refused
+
+    def give_back(self, size: int, clients: tuple[str, ...]) -> None:
         self.taken -= size
+        for client in clients:
+            left = self._taken_by[client] - size
+            if left:
+                self._taken_by[client] = left
+            else:
+                del self._taken_by[client]
 
 
 @functools.cache
@@ -111,7 +141,15 @@ def _settings() -> Settings:
 
 @functools.cache
 def _bodies_in_flight() -> BodiesInFlight:
-    return BodiesInFlight(_settings().request_bodies_in_flight_max_bytes)
+    settings = _settings()
+    return BodiesInFlight(
+        settings.request_bodies_in_flight_max_bytes, settings.request_bodies_per_client_max_bytes
+    )
+
+
+@functools.cache
+def _trusted_proxies() -> TrustedProxies:
+    return TrustedProxies(_settings().forwarded_allow_ips)
 
 
 @functools.cache
@@ -145,12 +183,18 @@ class HttpProtocol(HttpToolsProtocol):
         settings = _settings()
         self.flow = BoundedWrites(transport, settings.send_timeout_seconds)
         self.body_timeout = settings.request_body_timeout_seconds
-        self.max_body_bytes = settings.max_body_bytes  # the app answers 413 beyond
+        self.body_min_rate = settings.request_body_min_bytes_per_second
+        self.body_grace = settings.request_body_grace_seconds
         self.bodies_in_flight = _bodies_in_flight()
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
-        self._body_taken = 0  # of bodies_in_flight, by the body arriving
-        self._body_chunked = False
+        self._rate_timer: asyncio.TimerHandle | None = None
+        # Whose the arriving body is (None: no body arriving), and what it holds of the room.
+        self._body_clients: tuple[str, ...] | None = None
+        self._body_taken = 0
+        self._body_received = 0
+        self._body_seconds = 0.0  # its time so far, but for the app's (_rate_checked)
+        self._body_checked_at = 0.0
         self._start_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -213,36 +257,57 @@ class HttpProtocol(HttpToolsProtocol):
         if self.parser.should_upgrade() and uvicorn_internals.should_upgrade(self):
             super().on_headers_complete()  # the connection is the WebSocket protocol's now
             return
-        length, self._body_chunked = self._body_framing()
-        # Beyond the app's limit a body is answered 413 unread: it never holds more.
-        size = min(length, self.max_body_bytes)
-        if not self.bodies_in_flight.take(size):
+        if not self._has_body():
+            super().on_headers_complete()
+            return
+        clients = self._clients()
+        refused = self.bodies_in_flight.refusal(1, clients)
+        if refused is not None:
             # Refused before the app is called: it never sees the request. An earlier request's
             # answer may still be on its way (pipelining): then nothing may be written after it.
             if self.cycle is None or self.cycle.response_complete:
-                self._refuse_busy()
+                self._refuse_busy(refused)
             else:
                 self._close()
             raise _Refused
-        self._body_taken = size
         super().on_headers_complete()
-        if length or self._body_chunked:
-            self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+        self._body_clients = clients
+        self._body_received = 0
+        self._body_seconds = 0.0
+        self._body_checked_at = self.loop.time()
+        self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+        if self.body_min_rate:
+            self._rate_timer = self.loop.call_later(RATE_CHECK_SECONDS, self._rate_checked)
 
-    def _body_framing(self) -> tuple[int, bool]:
-        """The body's Content-Length (0 if none), and whether it is chunked."""
-        length, chunked = 0, False
+    def _has_body(self) -> bool:
+        """Whether the request's head announces a body: chunks, or a Content-Length above 0."""
         for name, value in self.headers:
-            if name == b"content-length" and value.isdigit():  # httptools refuses any other
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = True
-        return length, chunked
+            if name == b"transfer-encoding":
+                return True
+            # httptools refuses a Content-Length that is not digits.
+            if name == b"content-length" and value.isdigit() and int(value):
+                return True
+        return False
+
+    def _clients(self) -> tuple[str, ...]:
+        """Whom the arriving body counts against: its address group (the forwarded client's
+        behind a proxy FORWARDED_ALLOW_IPS names), and its credentials if it presents some,
+        whatever they are (a digest of the header: neither checked nor kept)."""
+        peer = self.client[0] if self.client else "unknown"
+        forwarded_for = b",".join(v for name, v in self.headers if name == b"x-forwarded-for")
+        forwarded = _trusted_proxies().client(peer, forwarded_for.decode("latin-1"))
+        clients = [address_group(forwarded or peer)]
+        for name, value in self.headers:
+            if name in _CREDENTIALS:
+                clients.append(hashlib.blake2b(value, digest_size=16).hexdigest())
+        return tuple(clients)
 
     def on_body(self, body: bytes) -> None:
-        if self._body_chunked and not self.cycle.response_complete:
-            if not self.bodies_in_flight.take(len(body)):
-                self._give_up(self._refuse_busy)
+        self._body_received += len(body)
+        if self._body_clients is not None and not self.cycle.response_complete:
+            refused = self.bodies_in_flight.take(len(body), self._body_clients)
+            if refused is not None:
+                self._give_up(functools.partial(self._refuse_busy, refused))
                 raise _Refused
             self._body_taken += len(body)
         super().on_body(body)
@@ -258,15 +323,17 @@ class HttpProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
     def _give_back_body(self) -> None:
-        self.bodies_in_flight.give_back(self._body_taken)
-        self._body_taken = 0
+        if self._body_taken:
+            self.bodies_in_flight.give_back(self._body_taken, self._body_clients)
+            self._body_taken = 0
 
     def _end_body(self) -> None:
         self._give_back_body()
-        self._body_chunked = False
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        self._body_clients = None
+        for timer in (self._body_timer, self._rate_timer):
+            if timer is not None:
+                timer.cancel()
+        self._body_timer = self._rate_timer = None
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
@@ -278,6 +345,22 @@ class HttpProtocol(HttpToolsProtocol):
             )
         )
 
+    def _rate_checked(self) -> None:
+        """Judge the arriving body's rate once its grace is over: on average at least
+        REQUEST_BODY_MIN_BYTES_PER_SECOND, or 408 (Kestrel's MinRequestBodyDataRate). What the
+        app makes it wait does not count: reading paused, or its `100 Continue` not yet sent."""
+        now = self.loop.time()
+        if not uvicorn_internals.waits_for_the_app(self):
+            self._body_seconds += now - self._body_checked_at
+        self._body_checked_at = now
+        seconds, rate = self._body_seconds, self.body_min_rate
+        if seconds >= self.body_grace and self._body_received < rate * seconds:
+            self._rate_timer = None
+            detail = f"The request's body arrives slower than {rate} bytes a second."
+            self._give_up(lambda: self._refuse(408, detail))
+            return
+        self._rate_timer = self.loop.call_later(RATE_CHECK_SECONDS, self._rate_checked)
+
     def _give_up(self, refuse: Callable[[], None]) -> None:
         """End the connection while a request's body arrives: answered by `refuse` unless an
         answer (this request's, or an earlier one's still in flight) may be on the wire already."""
@@ -288,17 +371,17 @@ class HttpProtocol(HttpToolsProtocol):
         else:
             refuse()
 
-    def _refuse_busy(self) -> None:
-        self.logger.warning(
-            "%d bytes of request bodies are arriving (REQUEST_BODIES_IN_FLIGHT_MAX_BYTES): "
-            "one more refused",
-            self.bodies_in_flight.taken,
-        )
-        self._refuse(
-            503,
-            "The server is receiving too many request bodies at once.",
-            retry_after=BUSY_RETRY_AFTER_SECONDS,
-        )
+    def _refuse_busy(self, status: int) -> None:
+        if status == 429:
+            detail = "This client is sending too many request bodies at once."
+        else:
+            detail = "The server is receiving too many request bodies at once."
+            self.logger.warning(
+                "%d bytes of request bodies are arriving (REQUEST_BODIES_IN_FLIGHT_MAX_BYTES): "
+                "one more refused",
+                self.bodies_in_flight.taken,
+            )
+        self._refuse(status, detail, retry_after=BUSY_RETRY_AFTER_SECONDS)
 
     def send_400_response(self, msg: str) -> None:
         if not self.transport.is_closing():  # not after a refusal of ours

@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.auth.security import CREDENTIAL_HEADERS
 from shopapi.contract.operations import Operation, Operations
+from shopapi.pipeline.address_groups import address_group
 from shopapi.pipeline.attempt_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
 from shopapi.pipeline.read_routing import READ_METHODS
@@ -177,7 +178,7 @@ class FailedAuthMiddleware:
         if scope["type"] != "http" or not _presents_credentials(scope):
             await self.app(scope, receive, send)
             return
-        address = client_address(scope)
+        address = address_group(client_address(scope))
         # A handler's refusal (the token endpoint's invalid_client) is held back until it is
         # known whether it goes out as it is or becomes a 429.
         refusal: list[Message] = []

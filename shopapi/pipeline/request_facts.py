@@ -7,6 +7,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopapi.contract.operations import Operation, Operations
 from shopapi.internals import connexion as connexion_internals
+from shopapi.pipeline.address_groups import address_group
 
 
 class RoutedOperationMiddleware:
@@ -33,13 +34,16 @@ def operation_of(scope: Scope) -> Operation | None:
 
 def caller_of(scope: Scope) -> str:
     """Who the request counts against, once Connexion's security has run: `sub:<subject>` of
-    the accepted credentials (an API key's is `api-key:<id>`), else `address:<address>`."""
+    the accepted credentials (an API key's is `api-key:<id>`), else `address:<group>` (its
+    address, an IPv6 one's /64: address_groups.py)."""
     state = scope["state"]
     caller = state.get("caller")
     if caller is None:
         token_info = connexion_internals.token_info(scope)
         caller = state["caller"] = (
-            f"sub:{token_info['sub']}" if token_info else f"address:{client_address(scope)}"
+            f"sub:{token_info['sub']}"
+            if token_info
+            else f"address:{address_group(client_address(scope))}"
         )
     return caller
 

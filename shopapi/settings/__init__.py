@@ -85,10 +85,23 @@ class Settings:
     request_body_timeout_seconds: float = _setting(
         "REQUEST_BODY_TIMEOUT_SECONDS", parse.positive_number, 30.0
     )
-    # The bytes of request bodies a server process receives at once (each counted at its
-    # Content-Length): a body beyond is refused with 503. At least one body of the largest size.
+    # The bytes of request bodies a server process holds while they arrive (each counted as its
+    # bytes come): a body beyond is refused with 503. At least one body of the largest size.
     request_bodies_in_flight_max_bytes: int = _setting(
         "REQUEST_BODIES_IN_FLIGHT_MAX_BYTES", parse.integer(1024 * 1024, 2**40), 64 * 1024 * 1024
+    )
+    # Of those, what one client may hold (an address, an IPv6 address's /64, a credential): a
+    # body beyond is refused with 429, and no client keeps the others' bodies out.
+    request_bodies_per_client_max_bytes: int = _setting(
+        "REQUEST_BODIES_PER_CLIENT_MAX_BYTES", parse.integer(1024 * 1024, 2**40), 8 * 1024 * 1024
+    )
+    # A body's bytes a second, on average since its head, once it has had the grace seconds:
+    # 408 below, the connection closed. Kestrel's defaults (MinRequestBodyDataRate).
+    request_body_min_bytes_per_second: int = _setting(
+        "REQUEST_BODY_MIN_BYTES_PER_SECOND", parse.integer(0, 2**30), 240
+    )
+    request_body_grace_seconds: float = _setting(
+        "REQUEST_BODY_GRACE_SECONDS", parse.positive_number, 5.0
     )
     # Keys the HMACs of what the server checks when it comes back: it signs list cursors, and
     # keys (derived) Idempotency-Key fingerprints. One secret to distribute: docs/decisions.md.

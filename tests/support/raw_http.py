@@ -12,10 +12,15 @@ from collections.abc import Iterable
 ANSWER_DEADLINE_SECONDS = 60
 
 
-def connect(base: str) -> socket.socket:
-    """A connection to the server at `base` (http://host:port)."""
+def connect(base: str, source: str | None = None) -> socket.socket:
+    """A connection to the server at `base` (http://host:port), from the address `source` if
+    given (any of 127.0.0.0/8 is this machine's)."""
     host, port = base.removeprefix("http://").split(":")
-    return socket.create_connection((host, int(port)), timeout=ANSWER_DEADLINE_SECONDS)
+    return socket.create_connection(
+        (host, int(port)),
+        timeout=ANSWER_DEADLINE_SECONDS,
+        source_address=(source, 0) if source else None,
+    )
 
 
 def post_head(path: str, content_type: bytes, *headers: bytes, length: int | None = None) -> bytes:
@@ -52,7 +57,11 @@ def trickle(connection: socket.socket, pieces: Iterable[bytes], every: float = 0
 
 def read_response(connection: socket.socket) -> bytes:
     """One whole response with a Content-Length, read from `connection`."""
-    received = b""
+    return read_response_from(connection, b"")
+
+
+def read_response_from(connection: socket.socket, received: bytes) -> bytes:
+    """One whole response with a Content-Length, of which `received` has come already."""
     while b"\r\n\r\n" not in received:
         chunk = connection.recv(65536)
         assert chunk, f"closed before a whole head: {received!r}"
@@ -64,6 +73,19 @@ def read_response(connection: socket.socket) -> bytes:
         assert chunk, f"closed before a whole body: {received!r}"
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+def read_response_or_continue(connection: socket.socket) -> bytes:
+    """The answer to a head sent with `Expect: 100-continue`: `100 Continue` alone, or a whole
+    response."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        assert chunk, f"closed before a whole head: {received!r}"
+        received += chunk
+    if received.startswith(b"HTTP/1.1 100 "):
+        return received
+    return read_response_from(connection, received)
 
 
 def parse(response: bytes) -> tuple[bytes, dict[str, str], bytes]:
