@@ -282,7 +282,7 @@ def test_events_written_before_m0014_get_message_ids_of_their_own(
             for _ in range(3):
                 db.execute_sql(event)
         monkeypatch.undo()
-        assert migrate(db) == ["m0014_ids_never_reissued"]
+        assert migrate(db)[0] == "m0014_ids_never_reissued"
         with db.connection_context():
             db.execute_sql(event)  # as the release before, which knows no message_id, writes
             ids = [id for (id,) in db.execute_sql("SELECT message_id FROM event ORDER BY id")]
