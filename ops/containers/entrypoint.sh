@@ -5,7 +5,8 @@
 #   serve    (default) gunicorn with ops/gunicorn.conf.py on $HOST:$PORT, as `make serve-prod`;
 #            with DATABASE_URL unset, the demo database is migrated and seeded first, as `make run`
 #   worker   the delivery worker (`make worker`)
-#   migrate  the migrations (`make migrate`), then exit
+#   migrate  the migrations (`make migrate`), then exit; tried again every 2 s for up to
+#            DATABASE_WAIT_SECONDS (0) while they fail, for a database that is still starting
 #   seed     the demo data (`make seed`; SEED_DEMO=1 for a database of your own), then exit
 #   anything else is run as it is (`sh`, `python -m ...`).
 set -eu
@@ -35,7 +36,13 @@ serve)
     BIND="${BIND:-$HOST:$PORT}" exec gunicorn -c /app/ops/gunicorn.conf.py 'app:create_app()'
     ;;
 worker) exec python -m shopapi.events.worker ;;
-migrate) exec python -m models.migrations ;;
+migrate)
+    deadline=$(($(date +%s) + ${DATABASE_WAIT_SECONDS:-0}))
+    until python -m models.migrations; do
+        [ "$(date +%s)" -lt "$deadline" ] || exit 1
+        sleep 2
+    done
+    ;;
 seed) exec python -m models.seed ;;
 *) exec "$@" ;;
 esac

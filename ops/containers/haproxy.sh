@@ -4,7 +4,8 @@
 set -eu
 export HAPROXY_STATS_SOCKET="${HAPROXY_STATS_SOCKET:-/tmp/haproxy.sock}"
 config=/tmp/haproxy.cfg
-cp /etc/shopapi/haproxy.cfg "$config"
+# HAPROXY_MAXCONN: fewer connections than the file's, where the open-file limit is low.
+sed -e "${HAPROXY_MAXCONN:+s/^    maxconn .*/    maxconn $HAPROXY_MAXCONN/}" /etc/shopapi/haproxy.cfg >"$config"
 n=0
 for server in $APP_SERVERS; do
     n=$((n + 1))
