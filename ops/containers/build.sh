@@ -14,21 +14,24 @@ if [ -z "${BASE:-}" ]; then
     BASE=$(ops/containers/debian-images.sh | sed -n 's/^python=//p')
 fi
 
-deps_key=$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-12)
+# async-timeout: redis needs it under Python < 3.11.3 (Debian 12's is 3.11.2), which pip running
+# on a newer Python leaves out. setuptools: shopapi's own wheel then builds offline.
+extra="async-timeout setuptools>=68"
+deps_key=$(echo "$extra" | cat - setup.cfg pyproject.toml | sha256sum | cut -c1-12)
 deps="$CACHE/wheels-$deps_key"
 if ! [ -d "$deps" ]; then
     mkdir -p "$CACHE"
     rm -rf "$deps.partial"
-    # async-timeout: redis needs it under Python < 3.11.3 (Debian 12's is 3.11.2), which pip
-    # running on a newer Python leaves out.
-    "$PIP" wheel --quiet --disable-pip-version-check -w "$deps.partial" . async-timeout
+    # shellcheck disable=SC2086
+    "$PIP" wheel --quiet --disable-pip-version-check -w "$deps.partial" . $extra
     rm -f "$deps.partial"/shopapi-*.whl
     mv "$deps.partial" "$deps"
 fi
 rm -rf build/wheelhouse
 mkdir -p build
 cp -r "$deps" build/wheelhouse
-"$PIP" wheel --quiet --disable-pip-version-check --no-deps --find-links "$deps" -w build/wheelhouse .
+"$PIP" wheel --quiet --disable-pip-version-check --no-deps --no-index --find-links "$deps" \
+    -w build/wheelhouse .
 
 # docker format: OCI images drop HEALTHCHECK.
 podman build --quiet --format docker --build-arg BASE="$BASE" --tag "$IMAGE" -f Containerfile . >/dev/null
