@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from shopapi.testing.ports import free_port  # noqa: E402
 
+# podman's settings for this machine, as `make image-test` gives them.
+os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "ops/containers/containers.conf"))
 IMAGE = os.environ.get("SHOPAPI_IMAGE", "localhost/shopapi:latest")
 PORTS = [
     "SHOPAPI_PORT",
