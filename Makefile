@@ -152,13 +152,15 @@ BENCH_HOSTS ?= 3
 bench-hosts: install-dev wrk
 	$(BIN)/python bench/scale_out.py --hosts $(BENCH_HOSTS)
 
-# The fault suite (bench/faults.py, about two minutes, as root): the production layout on this
-# machine (a PostgreSQL primary and its hot standby, a PgBouncer per app host, Redis of its own, two
-# app hosts in network namespaces behind HAProxy, the worker, a webhook receiver) under a load of
-# idempotent writes, each fault in turn (tests/support/faults.py); what clients saw during each,
+# The fault suite (bench/faults.py, a few minutes, as root): the production layout on this
+# machine (the database tier under Patroni: etcd, a primary and its synchronous standby, HAProxy
+# finding the primary; a PgBouncer per app host and the worker's, Redis of its own, two app hosts
+# in network namespaces behind HAProxy, the worker, a webhook receiver) under a load of idempotent
+# writes: this release rolled out over the previous one, then each fault in turn
+# (tests/support/faults.py); what clients saw during each,
 # and whether every invariant held: bench/results/faults.md. `make test` runs the same
 # (tests/test_faults.py, fewer clients) and asserts the invariants.
-faults: install-dev haproxy pgbouncer redis-server
+faults: install-dev haproxy pgbouncer redis-server patroni etcd iptables
 	$(BIN)/python bench/faults.py
 
 # The soak (bench/soak.py): the mix at half its saturated rate (SOAK_RATE to give one) for
@@ -168,13 +170,17 @@ soak: install-dev wrk
 	$(BIN)/python bench/soak.py
 
 # The benchmarks' tools, Debian's, each installed when missing (as root): the load generator,
-# the pooler the bench starts in front of its clusters, the instruction counter, and the balancer
-# and Redis of the fault suite's layout.
-BENCH_TOOLS := wrk pgbouncer valgrind haproxy redis-server
-.PHONY: $(BENCH_TOOLS)
+# the pooler the bench starts in front of its clusters, the instruction counter, and the balancer,
+# Redis, Patroni and iptables of the fault suite's layout.
+BENCH_TOOLS := wrk pgbouncer valgrind haproxy redis-server patroni iptables
+.PHONY: $(BENCH_TOOLS) etcd
 $(BENCH_TOOLS):
 	@command -v $@ >/dev/null || test -x /usr/sbin/$@ || apt-get install -y -q $@ >/dev/null || \
 	  (apt-get update -q && apt-get install -y -q $@)
+# etcd, Patroni's consensus store, is Debian's etcd-server package.
+etcd:
+	@command -v etcd >/dev/null || apt-get install -y -q etcd-server >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q etcd-server)
 
 # App CPU per request of this tree (uncommitted changes included) against BASE, a revision, in
 # one run: each app driven straight through its ASGI pipeline, interleaved rounds, medians

@@ -21,6 +21,7 @@ with warnings.catch_warnings():
     import connexion
 
 from functools import partial
+from urllib.parse import urlsplit
 
 import peewee
 from asgi_correlation_id import CorrelationIdMiddleware
@@ -34,7 +35,9 @@ from connexion.middleware.server_error import ServerErrorMiddleware
 from connexion.options import SwaggerUIOptions
 
 from models import User, demo, off_loop
+from models.bounds import Bounds
 from models.db import close_connection, database, error_summary, open_database, use
+from models.round_trip import RoundTrip
 from models.start_up import StartUpWork
 from shopapi import docs_ui
 from shopapi.auth import security
@@ -81,8 +84,9 @@ from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
 from shopapi.pipeline.write_marks import RedisMarks
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
-from shopapi.telemetry import logs
+from shopapi.telemetry import logs, metrics
 from shopapi.telemetry.alerts import AlertWebhook
+from shopapi.telemetry.peer_round_trips import PeerRoundTrips
 from shopapi.telemetry.request_id import is_sane_request_id, new_request_id
 from shopapi.web import problems
 from shopapi.web.configured import Configured
@@ -119,7 +123,12 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
     # the pipeline's own database work's and the event streams' readers.
     connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
-    use(open_database(settings.database_url, connections, settings.database_pool_wait_seconds))
+    bounds = Bounds.configured(settings)
+    use(
+        open_database(
+            settings.database_url, connections, settings.database_pool_wait_seconds, bounds
+        )
+    )
     drain = Drain(settings.drain_seconds)
     # Which tokens are revoked: for the security checks, and for the open event streams.
     revocations = Revocations()
@@ -172,6 +181,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # After close_connection: a request's transaction ends before its connection goes back.
     commit_answers_with_changes(app.app)
     app.app.extensions["shopapi.drain"] = drain
+    app.app.extensions["shopapi.round_trip"] = _round_trip(settings)
     tokens = AccessTokens(settings)
     Configured(
         settings,
@@ -192,6 +202,21 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
     # merge-patch and plain JSON PATCH bodies); that is by design here.
     logging.getLogger("connexion.operations.openapi3").setLevel(logging.ERROR)
     return app
+
+
+def _round_trip(settings: Settings) -> RoundTrip | None:
+    """The primary's round trip, measured for /readyz and the metrics (PostgreSQL only); other
+    hosts' through the shared Redis, without which no host knows it is slower than the rest."""
+    if not settings.database_url.startswith("postgres"):
+        return None
+    store = settings.shared_store_url
+    database_name = urlsplit(settings.database_url).path.lstrip("/")
+    return RoundTrip(
+        settings.database_url,
+        settings.database_slow_round_trip_ms,
+        peers=None if store.startswith("memory") else PeerRoundTrips(store, database_name),
+        observe=metrics.DATABASE_ROUND_TRIP.set,
+    )
 
 
 def _start(app: connexion.FlaskApp, start_up: StartUpWork) -> None:

@@ -61,8 +61,10 @@ def markdown(results: dict) -> str:
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores; load "
         f"average {load['before']:.1f} before the run, {load['after']:.1f} after), in "
-        f"{results['seconds']:.0f} s. The production layout: a PostgreSQL primary and its hot "
-        "standby, a PgBouncer per app host, Redis, two app hosts (`make serve-prod`, one "
+        f"{results['seconds']:.0f} s. The production layout: a PostgreSQL primary and its "
+        "synchronous standby under Patroni (etcd, HAProxy finding the primary through Patroni's "
+        "REST API; ops/patroni/patroni.yml), a PgBouncer per app host and one for the worker, "
+        "Redis, two app hosts (`make serve-prod`, one "
         "worker each) in network namespaces behind HAProxy (ops/haproxy.cfg, `/readyz` checked "
         "every 0.3 s), the webhook worker and a receiver. "
         f"{results['clients']} clients write through the balancer, one write at a time each "
@@ -80,19 +82,26 @@ def markdown(results: dict) -> str:
         "whole (a host restarted and back in rotation, a server started, a worker started). "
         "*Recovered after*: from the injection until the last client-visible error ended (a "
         "409 'in flight' is not one: the client is told to wait). *Longest write*: the longest a "
-        "write answered then had waited for its answer, retries included.",
+        "write answered then had waited for its answer, retries included. *Writes by host*: the "
+        "writes each app host answered with a 2xx while the fault's row lasted, per second, and "
+        "the longest of them (its request log): a host cut off or slowed must not stall the "
+        "other.",
         "",
         "| fault | whole again | requests | client-visible errors | recovered after "
-        "| longest write |",
-        "|---|---|---|---|---|---|",
+        "| longest write | writes by host |",
+        "|---|---|---|---|---|---|---|",
     ]
     for fault in results["faults"]:
         errors = ", ".join(f"{count} x {kind}" for kind, count in fault["errors"].items())
         note = f" ({fault['note']})" if fault["note"] else ""
+        by_host = ", ".join(
+            f"{host} {rate}/s (longest {fault['longest_write_by_host'][host]} s)"
+            for host, rate in fault["writes_per_second"].items()
+        )
         lines.append(
             f"| {fault['fault']}{note} | {fault['whole_after']:.1f} s | {fault['attempts']} "
             f"| {errors or 'none'} | {fault['errors_until']:.1f} s "
-            f"| {fault['longest_write']:.1f} s |"
+            f"| {fault['longest_write']:.1f} s | {by_host} |"
         )
     longest = results["longest_write_served"]
     lease = (

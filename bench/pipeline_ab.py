@@ -69,6 +69,7 @@ with db.connection_context():
     db.drop_tables(MODELS, safe=True, cascade=True)
     db.execute_sql("DROP TABLE IF EXISTS schema_migrations")
     db.execute_sql("DROP TABLE IF EXISTS table_version")
+    db.execute_sql("DROP TABLE IF EXISTS sequence_advance")
 migrate(db)
 db.close_all()
 store = os.environ.get("AB_SHARED_STORE_URL", "memory://")

@@ -1,6 +1,7 @@
 """The probes a balancer polls: /healthz (the process is alive) and /readyz (send it traffic:
-not draining, the primary answers, its migrations are current). Replicas do
-not count: losing one only moves reads (docs/database.md)."""
+not draining, the primary answers, its migrations are current, and this host's path to it is not
+far slower than other hosts'). Replicas do not count: losing one only moves reads
+(docs/database.md)."""
 
 import logging
 
@@ -53,4 +54,8 @@ def get_readiness():
         # The driver's message names hosts and ports: the log has it, the public answer not.
         log.warning("not ready: the database does not answer: %s", error_summary(error))
         raise NotReady("The database does not answer.") from None
+    round_trip = app.extensions["shopapi.round_trip"]
+    why_slow = round_trip and round_trip.why_slow()
+    if why_slow:
+        raise NotReady(f"Out of rotation: {why_slow}.")
     return {"status": "ready"}, 200, NO_STORE

@@ -158,8 +158,14 @@ def create_order(body):
     if not current_principal().reaches(body["user_id"]):
         raise Forbidden("You can place orders only for yourself.")
     with database.atomic():
-        order = Order.place(body["user_id"], body["items"], body.get("note"))
-        outbox.record("order.created", order, represent, owner_id=order.user_id)
+        order = Order.place(
+            body["user_id"],
+            body["items"],
+            body.get("note"),
+            record=lambda order: outbox.record(
+                "order.created", order, represent, owner_id=order.user_id
+            ),
+        )
         _record_low_stock(order, body["items"])
     return created(represent(order), order.id)
 

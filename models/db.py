@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 import peewee
 
-from models.pool import IdleCheckedPool
+from models.bounds import UNBOUNDED, BoundedPool, Bounds
 from models.routing import RoutingDatabase, current_route, finish
 
 # The primary, or a replica for the reads of a request sent to one (models/routing.py).
@@ -22,8 +22,12 @@ database = RoutingDatabase()
 CHECK_IDLE_AFTER_SECONDS = 1.0
 
 
-def open_database(url: str, pool_size: int = 10, pool_wait_seconds: float = 10) -> peewee.Database:
-    """A database for `sqlite:///relative/or//absolute/path.db` or `postgresql://...`."""
+def open_database(
+    url: str, pool_size: int = 10, pool_wait_seconds: float = 10, bounds: Bounds = UNBOUNDED
+) -> peewee.Database:
+    """A database for `sqlite:///relative/or//absolute/path.db` or `postgresql://...`, its
+    PostgreSQL sessions bounded by `bounds` (none by default; the service's are
+    `Bounds.configured(settings)`)."""
     if url.startswith("sqlite:///"):
         path = pathlib.Path(url[len("sqlite:///") :])
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,8 +39,9 @@ def open_database(url: str, pool_size: int = 10, pool_wait_seconds: float = 10) 
             timeout=10,
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "synchronous": "normal"},
         )
-    return IdleCheckedPool(
+    return BoundedPool(
         **postgresql_arguments(url),
+        bounds=bounds,
         max_connections=pool_size,
         stale_timeout=300,
         timeout=pool_wait_seconds,  # to wait for a free pooled connection (Peewee's 0: for ever)

@@ -3,6 +3,8 @@ of the change itself, so a change that rolls back leaves no event and a committe
 its event. The feed (`GET /v1/events`) reads it; the worker (shopapi/events/worker.py) fans each
 event out to the webhooks subscribed to it and marks it `dispatched_at`."""
 
+import uuid
+
 import peewee
 
 from models.db import database, is_postgresql
@@ -20,6 +22,12 @@ TYPES = (
 )
 
 
+def new_message_id() -> str:
+    """A Standard Webhooks message id (`webhook-id`): `msg_` and 122 random bits, owing nothing
+    to the event's id, which a sequence resumed after a failover may hand out again."""
+    return "msg_" + uuid.uuid4().hex
+
+
 class Event(peewee.Model):
     type = peewee.CharField(max_length=32)
     occurred_at = UTCDateTimeField(default=utc_now)
@@ -34,6 +42,8 @@ class Event(peewee.Model):
     # The resource as it was after the change: its v1 representation, as JSON text.
     data = peewee.TextField()
     dispatched_at = UTCDateTimeField(null=True)
+    # Given once, as the event is written; the same on every delivery of it (m0014).
+    message_id = peewee.CharField(max_length=36, default=new_message_id)
 
     class Meta:
         database = database

@@ -1,4 +1,5 @@
 import collections
+from collections.abc import Callable
 from typing import ClassVar
 
 import peewee
@@ -35,8 +36,22 @@ class Order(BaseModel):
     writable = ("status", "note")
 
     @classmethod
-    def place(cls, user_id: int, items: list[dict], note: str | None = None) -> "Order":
-        """Create a pending order, taking the stock of every item, all or nothing."""
+    def place(
+        cls,
+        user_id: int,
+        items: list[dict],
+        note: str | None = None,
+        record: Callable[["Order"], None] = lambda order: None,
+    ) -> "Order":
+        """Create a pending order, taking the stock of every item, all or nothing, at the prices
+        read as it starts; `record(order)` writes what else its transaction keeps (its event).
+
+        A product's row is locked from its stock taken to the commit, and every other order for
+        it waits meanwhile (a slow link to the database makes each round trip long): whatever
+        needs no lock is read and written first, the order and its record included. The items
+        are written after the stock is taken: their foreign keys lock each product's key, which
+        in the client's order of items, first, could deadlock with a writer locking products in
+        id order (a catalogue batch)."""
         # transaction(), not atomic(): inside the caller's transaction this joins it (its
         # rollback undoes everything) instead of adding a savepoint's two round trips.
         with database.transaction():
@@ -54,10 +69,6 @@ class Order(BaseModel):
             currencies = {p.currency for p in products.values()}
             if len(currencies) > 1:
                 raise InvalidReference("/items", "All items of an order must share one currency.")
-            # Lock rows in one global order (by product id) so two orders for the same
-            # products cannot deadlock each other.
-            for item in sorted(items, key=lambda item: item["product_id"]):
-                products[item["product_id"]].take_stock(item["quantity"])
             total = sum(products[i["product_id"]].price_cents * i["quantity"] for i in items)
             order = cls.create(
                 user=user_id,
@@ -74,9 +85,14 @@ class Order(BaseModel):
                 }
                 for item in items
             ]
+            # The items as written, in their order: showing the new order needs no query.
+            order.items = [OrderItem(**row) for row in rows]
+            record(order)
+            # Lock rows in one global order (by product id) so two orders for the same
+            # products cannot deadlock each other.
+            for item in sorted(items, key=lambda item: item["product_id"]):
+                products[item["product_id"]].take_stock(item["quantity"])
             OrderItem.insert_many(rows).execute()
-        # The items as written, in their order: showing the new order needs no query for them.
-        order.items = [OrderItem(**row) for row in rows]
         # The products as their stock was taken, by id: the low-stock check reads no more.
         order.products_taken = [products[i] for i in sorted(products)]
         return order

@@ -37,9 +37,9 @@ class Product(BaseModel):
 
     @classmethod
     def by_skus_for_update(cls, skus: list[str]) -> dict[str, "Product"]:
-        """The products of these SKUs, by SKU, locked as `get_for_update` locks one (in SKU
-        order, so two batches cannot deadlock each other). A SKU twice is an InvalidReference
-        at its second place in `skus`."""
+        """The products of these SKUs, by SKU, locked as `get_for_update` locks one (in id
+        order, as orders take stock, so that neither a batch nor an order deadlocks another).
+        A SKU twice is an InvalidReference at its second place in `skus`."""
         first = {}
         for index, sku in enumerate(skus):
             if sku in first:
@@ -47,7 +47,7 @@ class Product(BaseModel):
                     f"/products/{index}/sku", f"{sku!r} is also /products/{first[sku]}'s."
                 )
             first[sku] = index
-        query = cls.select().where(cls.sku.in_(skus)).order_by(cls.sku)
+        query = cls.select().where(cls.sku.in_(skus)).order_by(cls.id)
         if is_postgresql() and database.in_transaction():
             query = query.for_update()
         return {product.sku: product for product in query}

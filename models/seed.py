@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 
 from models import Order, Product, User, demo
+from models.bounds import Bounds
 from models.db import database, open_database, use
 from shopapi.settings import Settings
 from shopapi.settings.parse import boolean  # the one reading of a boolean variable
@@ -82,7 +83,7 @@ def main(environ: Mapping[str, str] = os.environ) -> str:
         )
     # Seeding signs nothing: the generated secrets are the server's to warn of.
     settings = Settings.from_env(environ, warn_of_generated_secrets=False)
-    use(open_database(settings.database_url))
+    use(open_database(settings.database_url, bounds=Bounds.configured(settings)))
     if not seed(with_admin=settings.admin_email is None):
         return "demo data already present (or the database has users)"
     if settings.admin_email:

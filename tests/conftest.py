@@ -156,6 +156,7 @@ def fresh_schema(url: str) -> None:
         db.drop_tables(MODELS, safe=True, cascade=isinstance(db, peewee.PostgresqlDatabase))
         db.execute_sql("DROP TABLE IF EXISTS schema_migrations")
         db.execute_sql("DROP TABLE IF EXISTS table_version")
+        db.execute_sql("DROP TABLE IF EXISTS sequence_advance")
     migrate(db)
     db.close_all() if hasattr(db, "close_all") else db.close()
 

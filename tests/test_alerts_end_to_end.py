@@ -1,7 +1,8 @@
 """An alert reaches a person: Debian's Prometheus scrapes the production server (gunicorn, two
 workers) as ops/prometheus/prometheus.yml says, with the token, and evaluates alerts.yml; Debian's
 Alertmanager routes what fires as ops/alertmanager/alertmanager.yml says, to a webhook receiver.
-Requests held by a database lock make the p99 latency alert fire; the lock gone, it resolves."""
+Requests held by a database lock make the p99 latency alert fire; the lock gone, it resolves. A
+standby cut from its primary's WAL pages too."""
 
 import concurrent.futures
 
@@ -11,6 +12,11 @@ from support.helpers import bearer, locked, scalar, wait_for
 from support.live import production_server
 from support.monitoring import alertmanager, prometheus
 from support.receiver import Receiver
+from support.standby_stream import cut_from_its_primary
+
+from models.db import open_database
+from models.migrations import migrate
+from shopapi.testing.standby import primary_and_standby
 
 pytestmark = pytest.mark.slow
 
@@ -102,3 +108,50 @@ def test_slow_responses_page_and_then_resolve(app, database_url, direct_database
             lambda: _notified(receiver, "firing", "SlowRequest"), "the SlowRequest alert"
         )
         assert slow_request["labels"]["operation"] == "list_products"
+
+
+def test_a_standby_that_receives_no_wal_pages_and_then_resolves(tmp_path):
+    """The production server reads from a hot standby; cut from its primary's WAL, the standby
+    pages as ShopapiReplicaNotStreaming, and streaming again, the alert resolves."""
+    with (
+        primary_and_standby() as replication,
+        Receiver(lambda request: 200) as receiver,
+        alertmanager(tmp_path / "alertmanager", receiver.url) as alertmanager_url,
+    ):
+        primary = open_database(replication.primary.url)
+        migrate(primary)
+        primary.close_all()
+        with (
+            production_server(
+                replication.primary.url,
+                WEB_CONCURRENCY="2",
+                METRICS_TOKEN=METRICS_TOKEN,
+                DATABASE_REPLICA_URLS=replication.standby.url,
+            ) as base,
+            prometheus(
+                tmp_path / "prometheus",
+                base.removeprefix("http://"),
+                METRICS_TOKEN,
+                alertmanager_url,
+                SPEEDUP,
+            ) as monitor,
+        ):
+            wait_for(lambda: monitor.scrapes("shopapi"), "Prometheus to scrape the server")
+            try:
+                with cut_from_its_primary(replication.standby):
+                    firing = wait_for(
+                        lambda: _notified(receiver, "firing", "ShopapiReplicaNotStreaming"),
+                        "the not-streaming alert",
+                    )
+                resolved = wait_for(
+                    lambda: _notified(receiver, "resolved", "ShopapiReplicaNotStreaming"),
+                    "the not-streaming alert to resolve",
+                )
+            except AssertionError as error:
+                raise AssertionError(f"{error}; {monitor.state()}") from None
+
+    standby = f"127.0.0.1:{replication.standby.port}/shopapi"
+    for alert in (firing, resolved):
+        assert alert["labels"]["replica"] == standby
+        assert alert["labels"]["severity"] == "critical"
+    assert firing["annotations"]["summary"] == f"shopapi: replica {standby} receives no WAL"

@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 from support.event_stream import ENDED, stream
-from support.helpers import WAIT_SECONDS, bearer, locked, scalar, wait_for
+from support.helpers import WAIT_SECONDS, WAITS_UNBOUNDED, bearer, locked, scalar, wait_for
 from support.live import signalled_server
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,11 @@ def test_sigterm_drains_then_finishes_what_is_in_flight(app, database_url, produ
         pytest.skip("draining is the server's, not the database's: PostgreSQL holds the request")
     with (
         signalled_server(
-            database_url, production, DRAIN_SECONDS=str(DRAIN_SECONDS), WEB_CONCURRENCY="1"
+            database_url,
+            production,
+            DRAIN_SECONDS=str(DRAIN_SECONDS),
+            WEB_CONCURRENCY="1",
+            **WAITS_UNBOUNDED,  # the request in flight is held on a lock through the drain
         ) as (process, base),
         concurrent.futures.ThreadPoolExecutor(1) as pool,
         stream(base, bearer()) as events,

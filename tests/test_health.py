@@ -3,15 +3,23 @@ when the database answers and its migrations are current. Both public and never 
 a balancer's polling neither floods the request log nor counts as the API's traffic."""
 
 import json
+import os
+from urllib.parse import urlsplit, urlunsplit
 
-from support.helpers import assert_problem, bearer
+import httpx
+import pytest
+import redis
+from support.helpers import assert_problem, bearer, wait_for
+from support.live import live_server
 from support.metrics_text import sample_sum
+from support.tcp_proxy import TcpProxy
 
 from models.db import open_database
 from models.migrations import migrate
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/nothing-listens-here"
 METRICS_TOKEN = "metrics-token-for-tests"
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def _log_lines(captured: str) -> list[dict]:
@@ -100,3 +108,56 @@ def test_probes_are_counted_apart_and_logged_only_when_they_fail(app_with, capsy
     assert after["ready"] - before["ready"] == 3
     assert after["alive"] - before["alive"] == 3
     assert after["unready"] - before["unready"] == 1
+
+
+@pytest.mark.slow
+def test_a_host_whose_database_path_slows_leaves_rotation_until_it_is_fast_again(
+    database_url, direct_database_url
+):
+    """Two hosts share a Redis; +200 ms on one's path to PostgreSQL (a delaying proxy) takes
+    that one out of rotation, and only that one, until the delay goes."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite is a file: there is no path to it to slow down")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError as error:
+        pytest.skip(f"Redis unreachable at {REDIS_URL} ({error})")
+    parts = urlsplit(direct_database_url)
+    proxy = TcpProxy(parts.hostname, parts.port or 5432)
+    proxy.start()
+    slowed = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+    env = {"SHARED_STORE_URL": REDIS_URL, "METRICS_TOKEN": METRICS_TOKEN}
+    try:
+        with (
+            live_server(slowed, **env) as slow,
+            live_server(direct_database_url, **env) as fast,
+            httpx.Client(timeout=30) as http,
+        ):
+            wait_for(
+                lambda: all(http.get(f"{b}/readyz").status_code == 200 for b in (slow, fast)),
+                "both hosts ready",
+            )
+            proxy.delay_seconds = 0.2
+            out = wait_for(
+                lambda: (probe := http.get(f"{slow}/readyz")).status_code == 503 and probe,
+                "the slowed host out of rotation",
+            )
+            assert out.json()["detail"].startswith("Out of rotation: this host's database round")
+            assert http.get(f"{fast}/readyz").status_code == 200
+            scrape = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+            wait_for(  # the median of five, once a sample delayed only in part has left it
+                lambda: (
+                    sample_sum(
+                        http.get(f"{slow}/metrics", headers=scrape).text,
+                        "database_round_trip_seconds",
+                    )
+                    >= 0.2
+                ),
+                "the round trip's metric",
+            )
+            proxy.delay_seconds = 0
+            wait_for(
+                lambda: http.get(f"{slow}/readyz").status_code == 200, "the host back in rotation"
+            )
+    finally:
+        proxy.stop()

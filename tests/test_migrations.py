@@ -1,13 +1,19 @@
+import concurrent.futures
+import contextlib
 import os
+import re
 import subprocess
 import uuid
 
 import peewee
+import psycopg2
 import pytest
+from support.helpers import scalar, wait_for
 from support.live import run_module
+from support.run_databases import database_beside
 
-from models.db import open_database
-from models.migrations import migrate
+from models.db import create_database_if_missing, open_database
+from models.migrations import m0012_table_versions, migrate
 
 
 def test_migrations_apply_once_and_are_recorded(tmp_path):
@@ -26,6 +32,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0011_push_leases",
         "m0012_table_versions",
         "m0013_price_amount_index",
+        "m0014_ids_never_reissued",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -63,6 +70,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0011_push_leases",),
             ("m0012_table_versions",),
             ("m0013_price_amount_index",),
+            ("m0014_ids_never_reissued",),
         ]
 
 
@@ -186,3 +194,96 @@ def test_postgresql_vacuums_products_after_a_thousand_changes_of_100000(database
     settings = dict(option.split("=") for option in options)
     threshold = float(settings["autovacuum_vacuum_threshold"])
     assert threshold + 100_000 * float(settings["autovacuum_vacuum_scale_factor"]) == 1000
+
+
+@pytest.mark.slow
+def test_a_migration_under_load_gives_way_to_the_worker_then_completes(
+    database_url, direct_database_url, monkeypatch
+):
+    """m0012's triggers are made while a transaction holds the tables as the worker does when it
+    records an attempt (`delivery` shared, `delivery_attempt` written, then `delivery` written):
+    the migration gives way within its lock timeout, the worker's transaction goes through, and
+    the migration, tried again, completes."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer: a migration waits on busy_timeout")
+    import models.migrations as migrations
+
+    server, _, name = direct_database_url.rpartition("/")
+    url = f"{server}/{name}_under_load_{uuid.uuid4().hex[:8]}"
+    create_database_if_missing(url)
+    db = open_database(url)
+    try:
+        names = migrations._migration_names()
+        before = names[: names.index("m0012_table_versions")]
+        monkeypatch.setattr(migrations, "_migration_names", lambda: before)
+        migrate(db)
+        monkeypatch.setattr(
+            migrations, "_migration_names", lambda: [*before, "m0012_table_versions"]
+        )
+        worker = psycopg2.connect(url)
+        try:
+            cursor = worker.cursor()
+            cursor.execute("LOCK TABLE delivery IN ROW SHARE MODE")
+            cursor.execute("LOCK TABLE delivery_attempt IN ROW EXCLUSIVE MODE")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                migrating = pool.submit(migrate, db)
+                waiting = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                )
+                wait_for(lambda: scalar(url, waiting), "the migration to wait for a lock")
+                cursor.execute("LOCK TABLE delivery IN ROW EXCLUSIVE MODE")  # the UPDATE's
+                worker.commit()
+                assert migrating.result() == ["m0012_table_versions"]
+        finally:
+            worker.close()
+        triggers = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '%\\_version'"
+        assert scalar(url, triggers) == len(m0012_table_versions.TABLES)
+    finally:
+        db.close_all()
+        admin = open_database(direct_database_url)
+        with admin.connection_context():
+            admin.execute_sql(f'DROP DATABASE IF EXISTS "{url.rpartition("/")[2]}" WITH (FORCE)')
+        admin.close_all()
+
+
+@contextlib.contextmanager
+def _empty_database(database_url, direct_database_url, tmp_path):
+    """A database of the test's own, of `database_url`'s kind, with nothing in it."""
+    if database_url.startswith("sqlite"):
+        yield open_database(f"sqlite:///{tmp_path}/empty.db")
+        return
+    with database_beside(direct_database_url, "empty") as url:
+        db = open_database(url, pool_size=1)
+        try:
+            yield db
+        finally:
+            db.close_all()
+
+
+def test_events_written_before_m0014_get_message_ids_of_their_own(
+    database_url, direct_database_url, tmp_path, monkeypatch
+):
+    import models.migrations as migrations
+
+    names = migrations._migration_names()
+    before = names[: names.index("m0014_ids_never_reissued")]
+    event = (
+        "INSERT INTO event (type, occurred_at, resource_type, resource_id, actor_subject, data)"
+        " VALUES ('product.created', '2026-01-01', 'product', 1, 'client:tests', '{}')"
+    )
+    with _empty_database(database_url, direct_database_url, tmp_path) as db:
+        monkeypatch.setattr(migrations, "_migration_names", lambda: before)
+        migrate(db)
+        with db.connection_context():
+            for _ in range(3):
+                db.execute_sql(event)
+        monkeypatch.undo()
+        assert migrate(db) == ["m0014_ids_never_reissued"]
+        with db.connection_context():
+            db.execute_sql(event)  # as the release before, which knows no message_id, writes
+            ids = [id for (id,) in db.execute_sql("SELECT message_id FROM event ORDER BY id")]
+    if database_url.startswith("sqlite"):
+        ids = ids[:3]  # SQLite's column has no default: the model gives each new event its id
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch("msg_[0-9a-f]{32}", id) for id in ids), ids

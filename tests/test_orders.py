@@ -175,3 +175,18 @@ def test_an_order_reads_its_products_once_low_stock_included(client, caplog):
     assert [(e["resource_id"], e["data"]["stock"]) for e in low] == [(mug["id"], 2)]
     shown = client.get(f"/v1/products/{mug['id']}").json()
     assert low[0]["data"] == shown
+
+
+def test_an_order_holds_its_products_rows_only_for_the_stock_and_its_items(client, caplog):
+    """From its first product's stock taken (the row locked) to its commit, an order sends only
+    the other stock updates (in product id order) and its items: its own row and its event are
+    written before, so that other orders for those products wait as little as it can make them
+    (each statement a round trip, long on a slow link to the database)."""
+    user = create_user(client)
+    mug, tee = create_product(client, stock=50), create_product(client, stock=50)
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        assert place_order(client, user, (tee, 1), (mug, 2)).status_code == 201
+    statements = [str(r.msg[0]) for r in caplog.records if r.name == "peewee"]
+    first_taken = next(i for i, sql in enumerate(statements) if sql.startswith('UPDATE "product"'))
+    held = [sql.split(" (")[0].split(" SET")[0] for sql in statements[first_taken:]]
+    assert held == ['UPDATE "product"', 'UPDATE "product"', 'INSERT INTO "order_item"'], held

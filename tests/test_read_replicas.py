@@ -14,6 +14,7 @@ from support.event_stream import stream
 from support.helpers import bearer
 from support.live import live_servers
 from support.metrics_text import sample_sum
+from support.standby_stream import cut_from_its_primary
 
 import models
 from models.db import close_connection, database, open_database, use
@@ -319,3 +320,36 @@ def test_an_event_stream_is_no_routed_read_and_hears_of_writes_at_once(hosts, re
         wait_for(lambda: scraped("event_streams_open") == 0, what="the server sees the stream end")
         before_this_scrape = len(scrapes)
         assert scraped("database_read_requests_total") == counted + before_this_scrape
+
+
+def replica_metric(base: str, name: str) -> float:
+    scrape = httpx.get(
+        f"{base}/metrics", headers={"Authorization": "Bearer metrics-token-for-replica-tests"}
+    )
+    return sample_sum(scrape.text, name)
+
+
+def test_a_replica_that_receives_no_wal_shows_in_the_metrics_until_it_streams_again(
+    hosts, replayed
+):
+    """The standby cut from its primary's WAL (its primary_conninfo pointed nowhere, as when the
+    primary removed the WAL it needs): it still answers, and both hosts' metrics say it streams
+    nothing and falls behind; streaming again, it catches up."""
+    first, second = hosts
+    standby = replayed.standby
+
+    def metrics_say(streaming: float, lagging) -> bool:
+        return all(
+            replica_metric(base, "database_replica_up") == 1
+            and replica_metric(base, "database_replica_streaming") == streaming
+            and lagging(replica_metric(base, "database_replica_lag_seconds"))
+            for base in (first, second)
+        )
+
+    wait_for(lambda: metrics_say(1, lambda lag: lag < 1), what="the standby streams")
+    with cut_from_its_primary(standby):
+        wait_for(lambda: metrics_say(0, lambda lag: True), what="the standby seen not streaming")
+        with client(first) as writer:
+            create_product(writer)  # WAL the standby does not get
+        wait_for(lambda: metrics_say(0, lambda lag: lag > 2), what="its lag seen growing")
+    wait_for(lambda: metrics_say(1, lambda lag: lag == 0), what="the standby streaming again")

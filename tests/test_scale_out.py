@@ -17,7 +17,14 @@ import httpx
 import psycopg2
 import pytest
 import redis
-from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE, bearer, locked, wait_for
+from support.helpers import (
+    JWT_SECRET,
+    RATE_LIMIT_SCALE,
+    WAITS_UNBOUNDED,
+    bearer,
+    locked,
+    wait_for,
+)
 
 from shopapi.testing.hosts import Hosts, unavailable_reason
 
@@ -59,6 +66,7 @@ def topology(database_url, tmp_path_factory):
         "DRAIN_SECONDS": str(DRAIN_SECONDS),
         "IDEMPOTENCY_LEASE_SECONDS": str(LEASE_SECONDS),
         "DATABASE_POOL_SIZE": "6",
+        **WAITS_UNBOUNDED,  # orders are parked on a locked row while a host is killed
     }
     work_dir = tmp_path_factory.mktemp("hosts")
     with Hosts(

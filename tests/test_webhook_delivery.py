@@ -4,6 +4,7 @@ shopapi.events.worker` process against the test database, posting to a real loca
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import ssl
@@ -14,7 +15,16 @@ import threading
 import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook as ReferenceVerifier
-from support.helpers import bearer, create_product, create_user, place_order, wait_for
+from support.breakable_database import breakable
+from support.helpers import (
+    bearer,
+    create_product,
+    create_user,
+    locked,
+    place_order,
+    scalar,
+    wait_for,
+)
 from support.receiver import Drip, Hold, Receiver, in_turn
 from support.tls import self_signed_certificate
 
@@ -135,7 +145,9 @@ def _attempts(delivery: Delivery) -> list[DeliveryAttempt]:
 
 
 def _event_ids(requests) -> list[int]:
-    return [int(request.headers["webhook-id"]) for request in requests]
+    """The events the requests carried, found by their `webhook-id` (each event's message id)."""
+    ids = {event.message_id: event.id for event in Event.select(Event.id, Event.message_id)}
+    return [ids[request.headers["webhook-id"]] for request in requests]
 
 
 # -- From the API to the receiver and back
@@ -177,7 +189,7 @@ def test_a_webhook_registered_through_the_api_gets_a_placed_order_signed(app_wit
         again = client.post(deliveries, json={"event_id": feed[0]["id"]}).json()
         wait_for(lambda: receiver.requests, "the redelivery")
     assert verify(receiver.requests[0].body, receiver.requests[0].headers) == feed[0]
-    assert receiver.requests[0].headers["webhook-id"] == str(feed[0]["id"])
+    assert _event_ids(receiver.requests) == [feed[0]["id"]]  # the event's webhook-id again
     wait_for(
         lambda: client.get(f"{deliveries}/{again['id']}").json()["status"] == "delivered",
         "the redelivery recorded",
@@ -217,10 +229,45 @@ def test_a_delivery_verifies_with_the_reference_implementation(start_worker):
         "actor_user_id": None,
         "data": {"id": 12, "status": "pending", "total_cents": 1250},
     }
-    assert request.headers["webhook-id"] == str(event.id)
+    assert request.headers["webhook-id"] == event.message_id
     assert request.headers["content-type"] == "application/json"
     assert request.headers["user-agent"] == "shopapi-webhooks/1"
     assert _settled(_delivery_of(event, webhook).id).attempts == 1
+
+
+def _hand_out_again(event_id: int, database_url: str) -> None:
+    """Make `event_id` the next event id again, as a sequence resumed on a standby promoted
+    without the old primary's last writes does (or an AUTOINCREMENT counter set back)."""
+    if database_url.startswith("postgresql"):
+        sql = "SELECT setval(pg_get_serial_sequence('event', 'id'), %s, false)"
+        database.execute_sql(sql, (event_id,))
+    else:
+        sql = "UPDATE sqlite_sequence SET seq = ? WHERE name = 'event'"
+        database.execute_sql(sql, (event_id - 1,))
+
+
+@pytest.mark.slow
+def test_an_event_id_handed_out_again_comes_with_another_webhook_id(start_worker, database_url):
+    """The receiver of two events under one id (the first lost in a failover) drops neither as
+    a duplicate: a webhook-id is the event's own, never derived from its id."""
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        lost = _event("order.created", 1, owner_id=7)
+        start_worker()
+        _settled(_delivery_of(lost, webhook).id)
+        lost.delete_instance()  # its deliveries with it
+        _hand_out_again(lost.id, database_url)
+        later = _event("order.created", 2, owner_id=8)
+        _settled(_delivery_of(later, webhook).id)
+
+    first, second = receiver.requests
+    assert later.id == first.json["id"] == second.json["id"]
+    assert (first.json["resource_id"], second.json["resource_id"]) == (1, 2)
+    assert first.headers["webhook-id"] != second.headers["webhook-id"]
+    assert all(
+        re.fullmatch("msg_[0-9a-f]{32}", request.headers["webhook-id"])
+        for request in receiver.requests
+    )
 
 
 @pytest.mark.slow
@@ -250,7 +297,10 @@ def test_a_failing_receiver_gets_the_event_again_until_it_answers_2xx(start_work
 
     assert [a.response_status for a in _attempts(delivery)] == [500, 500, 200]
     assert delivery.attempts == 3
-    assert _event_ids(receiver.requests) == [event.id] * 3
+    # Every attempt under the event's one webhook-id, for the receiver to drop duplicates by.
+    assert [request.headers["webhook-id"] for request in receiver.requests] == [
+        event.message_id
+    ] * 3
     assert worker.stop() == 0
     logged = worker.log_entries("webhook delivery attempt")
     assert [(e["attempt"], e["status"], e["result"]) for e in logged] == [
@@ -416,6 +466,53 @@ def test_a_killed_worker_loses_nothing_the_next_one_delivers_it(start_worker):
 
     assert _event_ids(receiver.requests) == [event.id, event.id]
     assert [a.response_status for a in _attempts(delivery)] == [200]
+
+
+@pytest.mark.slow
+def test_a_worker_started_before_its_database_waits_for_it_then_delivers(
+    start_worker, database_url, tmp_path
+):
+    with Receiver(in_turn()) as receiver:
+        _webhook(receiver.url, ["order.created"])
+        _event("order.created", owner_id=7)
+        with breakable(database_url, tmp_path) as (url, cut, restore):
+            cut()  # nothing answers where the worker looks for its database
+            worker = start_worker(DATABASE_URL=url)
+            wait_for(
+                lambda: len(worker.log_entries("the database does not answer, waiting for it")) > 1,
+                "the worker to wait for its database, more than once",
+            )
+            assert worker.process.poll() is None
+            restore()
+            wait_for(lambda: receiver.requests, "the event to be delivered")
+            assert worker.stop() == 0, worker.log_path.read_text()
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.slow
+def test_a_cancelled_record_of_a_sent_delivery_is_kept_and_nothing_is_sent_again(
+    start_worker, database_url, direct_database_url
+):
+    """The worker's transaction recording an attempt it made is cancelled (as a deadlock with
+    a migration, or a lock or statement timeout, ends it): it is run again, so the delivery is
+    not claimed again when its lease ends, and the receiver gets the event once."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite's one writer waits on busy_timeout: no transaction is cancelled")
+    recording = (
+        "SELECT COALESCE((SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE 'INSERT INTO \"delivery_attempt\"%'), 0)"
+    )
+    with Receiver(in_turn()) as receiver:
+        webhook = _webhook(receiver.url, ["order.created"])
+        event = _event("order.created", owner_id=7)
+        with locked(direct_database_url, "LOCK TABLE delivery_attempt IN EXCLUSIVE MODE"):
+            start_worker(DELIVERY_TIMEOUT_SECONDS="0.5", DATABASE_LOCK_TIMEOUT_SECONDS="4")
+            pid = wait_for(lambda: scalar(direct_database_url, recording), "the record to wait")
+            assert len(receiver.requests) == 1
+            assert scalar(direct_database_url, f"SELECT pg_cancel_backend({pid})")
+        delivery = _settled(_delivery_of(event, webhook).id)
+        assert [a.response_status for a in _attempts(delivery)] == [200]
+    assert len(receiver.requests) == 1
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import sys
 
 import peewee
 
+from models.bounds import Bounds
 from models.db import (
     DatabaseSetupError,
     create_database_if_missing,
@@ -24,7 +25,7 @@ def main() -> int:
             settings.database_url
         ):
             print("created the database DATABASE_URL names")
-        applied = migrate(open_database(settings.database_url))
+        applied = migrate(open_database(settings.database_url, bounds=Bounds.configured(settings)))
     except (ConfigurationError, DatabaseSetupError) as error:
         print(f"shopapi: {error}", file=sys.stderr)
         return 1

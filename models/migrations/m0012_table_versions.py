@@ -20,6 +20,12 @@ TABLES = (
     "push_attempt",
 )
 SHARDS = 16
+# Taken first by the runner, in one bounded statement (models/migrations/__init__.py), in the
+# mode CREATE TRIGGER takes: writes wait, reads go on. Taken trigger by trigger, unbounded, they
+# deadlocked with the worker recording an attempt (a `delivery` row locked, a `delivery_attempt`
+# row inserted, then the `delivery` row updated), and the worker's transaction was ended.
+LOCKS = TABLES
+LOCK_MODE = "SHARE ROW EXCLUSIVE"
 
 # A writer takes the first counter of the table that no other transaction holds, starting from
 # one its connection prefers (so one transaction's statements reuse one); only when all are held

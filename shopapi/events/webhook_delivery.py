@@ -43,6 +43,6 @@ def post(webhook: Webhook, event: Event, settings: Settings) -> Outcome:
 
 
 def _request_headers(webhook: Webhook, event: Event, body: bytes) -> dict[str, str]:
-    # The event id is the message id, the same on every attempt: receivers drop duplicates by it.
-    signed = signature_headers(webhook.secret, str(event.id), int(time.time()), body)
+    # The event's message id, the same on every attempt: receivers drop duplicates by it.
+    signed = signature_headers(webhook.secret, event.message_id, int(time.time()), body)
     return {"Content-Type": "application/json", "User-Agent": USER_AGENT, **signed}

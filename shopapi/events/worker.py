@@ -20,7 +20,8 @@ from models import (
     PushDelivery,
     Webhook,
 )
-from models.db import close_connection, database, open_database, use
+from models.bounds import Bounds
+from models.db import close_connection, database, error_summary, open_database, use
 from models.delivery import Retries
 from shopapi.events import push, webhook_delivery
 from shopapi.events.push import outcomes, sending
@@ -32,8 +33,18 @@ log = logging.getLogger("shopapi.worker")
 
 FAN_OUT_BATCH = 100
 DEVICES_PER_USER = Settings.push_devices_per_user  # the setting's default
-# The database lost while sending is no attempt: the job's loop waits and tries again.
+# The database lost while sending is no attempt: the job's loop waits and tries again. The same
+# errors end a transaction that deadlocked, waited too long for a lock, or ran out of time.
 LOST_DATABASE = (OperationalError, InterfaceError)
+# Recording an attempt that was made is tried this many times, waiting twice as long each time
+# from the first wait up to the longest (about 15 s in all): a record lost would have the
+# delivery sent again once its lease ends.
+RECORD_TRIES = 8
+RECORD_FIRST_WAIT_SECONDS = 0.1
+RECORD_LONGEST_WAIT_SECONDS = 5.0
+# The worker started while its database does not answer waits for it, as long as it takes.
+START_FIRST_WAIT_SECONDS = 0.5
+START_LONGEST_WAIT_SECONDS = 10.0
 
 
 def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_USER) -> int:
@@ -80,11 +91,31 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
     except Exception as error:
         failure = _sender_failed("webhook sender failed", delivered_to, error)
         outcome = Outcome(status=None, error=failure, duration_ms=outcomes.since(started))
-    number, result = delivery.record(
-        outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
+    number, result = _recorded(
+        lambda: delivery.record(
+            outcome.status, outcome.error, outcome.duration_ms, retries, verdict=verdict
+        ),
+        delivered_to,
     )
     _log_attempt("webhook delivery attempt", delivered_to, number, outcome, result)
     return True
+
+
+def _recorded(record, delivery: dict):
+    """What `record` (the transaction keeping an attempt made) returns, run again while the
+    database refuses it for a while (a deadlock with a migration, a lock or statement timeout,
+    the connection lost), RECORD_TRIES times at most."""
+    wait = RECORD_FIRST_WAIT_SECONDS
+    for _ in range(RECORD_TRIES - 1):
+        try:
+            return record()
+        except LOST_DATABASE as error:
+            fields = {**delivery, "error": error_summary(error), "retry_in_seconds": wait}
+            log.warning("recording an attempt failed, trying again", extra={"fields": fields})
+            close_connection(error)  # a lost connection: the next try opens another
+            time.sleep(wait)
+            wait = min(2 * wait, RECORD_LONGEST_WAIT_SECONDS)
+    return record()
 
 
 def _sender_failed(message: str, delivery: dict, error: Exception) -> str:
@@ -135,8 +166,9 @@ def push_one(senders, retries: Retries, timeout: float, per_owner: int = 1) -> b
     except Exception as error:
         failure = _sender_failed("push sender failed", delivered_to, error)
         outcome = outcomes.Outcome("retry", None, failure, outcomes.since(started))
-    number, verdict = delivery.record(
-        outcome.recorded, outcome.verdict, retries, outcome.retry_after
+    number, verdict = _recorded(
+        lambda: delivery.record(outcome.recorded, outcome.verdict, retries, outcome.retry_after),
+        delivered_to,
     )
     _log_attempt("push delivery attempt", delivered_to, number, outcome, verdict)
     return True
@@ -187,6 +219,21 @@ def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
     return threads
 
 
+def _missing_tables_once_answered() -> list[str]:
+    """The tables the worker needs that its database lacks, asked until the database answers
+    (a worker started before its database, or during an outage, waits for it)."""
+    wait = START_FIRST_WAIT_SECONDS
+    while True:
+        try:
+            return _missing_tables()
+        except LOST_DATABASE as error:
+            fields = {"error": error_summary(error), "retry_in_seconds": wait}
+            log.warning("the database does not answer, waiting for it", extra={"fields": fields})
+            close_connection(error)
+            time.sleep(wait)
+            wait = min(2 * wait, START_LONGEST_WAIT_SECONDS)
+
+
 def _missing_tables() -> list[str]:
     needed = (Event, Webhook, Delivery, DeliveryAttempt, Device, PushDelivery, PushAttempt)
     tables = [model._meta.table_name for model in needed]
@@ -204,8 +251,14 @@ def main() -> int:
         print(f"shopapi.events.worker: {error}", file=sys.stderr)
         return 2
     # A connection per delivery thread, and one for fan-out.
-    use(open_database(settings.database_url, settings.delivery_threads + 1))
-    missing = _missing_tables()
+    use(
+        open_database(
+            settings.database_url,
+            settings.delivery_threads + 1,
+            bounds=Bounds.configured(settings),
+        )
+    )
+    missing = _missing_tables_once_answered()
     if missing:
         print(
             f"shopapi.events.worker: the database lacks the tables {', '.join(missing)}: "

@@ -160,7 +160,8 @@ class IdempotencyMiddleware:
             current_claim.reset(claimed)
         if claim.stored or claim.lost:
             pass  # stored with the change, or the key is a retry's now
-        elif start["status"] >= 500:
+        elif start["status"] >= 500 or _asks_for_a_retry(start):
+            # Nothing was done, and the client is told to send it again: the retry must run.
             await self._release(claim)
         else:
             # A refusal the handler raised: its transaction was rolled back, so there is no
@@ -223,6 +224,11 @@ class IdempotencyMiddleware:
             await _in_database(IdempotencyKey.purge, LIFETIME, PURGE_BATCH)
         except Exception as error:  # the response has gone: there is no one to tell
             log.warning("could not purge expired idempotency keys: %s", error)
+
+
+def _asks_for_a_retry(start: Message) -> bool:
+    """An answer with Retry-After: a transaction lost to a concurrent one (409), a rate limit."""
+    return any(name.lower() == b"retry-after" for name, _ in start["headers"])
 
 
 async def _replay(held: IdempotencyKey, send: Send) -> None:

@@ -6,6 +6,7 @@ from functools import partial
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from models.bounds import Bounds
 from models.replicas import CHECK_EVERY, Replicas
 from models.routing import Route, current_route
 from shopapi.pipeline import event_stream
@@ -95,5 +96,9 @@ def read_routing(settings: Settings, marks: MemoryMarks | RedisMarks | None):
         settings.database_replica_urls,
         settings.database_pool_size,
         settings.database_replica_max_lag_seconds,
+        Bounds.configured(settings),
+        observe=lambda replica: metrics.replica_checked(
+            replica.name, replica.up, replica.streaming, replica.lag_seconds
+        ),
     )
     return partial(ReadRoutingMiddleware, replicas=replicas, marks=marks)

@@ -47,6 +47,11 @@ class Settings:
     database_replica_max_lag_seconds: float = _setting(
         "DATABASE_REPLICA_MAX_LAG_SECONDS", parse.positive_number, 5.0
     )
+    # A host whose database round trip is over this, and 3 times another host's, leaves the
+    # balancer's rotation (/readyz 503) until it is back under half (docs/telemetry.md); 0: never.
+    database_slow_round_trip_ms: int = _setting(
+        "DATABASE_SLOW_ROUND_TRIP_MS", parse.integer(0, 60_000), 50
+    )
     # Check every response against the contract: on in tests; it doubles a request's cost.
     validate_responses: bool = _setting("VALIDATE_RESPONSES", parse.boolean, False)
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
@@ -54,6 +59,24 @@ class Settings:
     # Seconds a thread waits for a pooled connection before its request is a 503.
     database_pool_wait_seconds: float = _setting(
         "DATABASE_POOL_WAIT_SECONDS", parse.positive_number, 10.0
+    )
+    # How long the database may take for the app's sessions (PostgreSQL; 0: the app sets none),
+    # each below PgBouncer's and HAProxy's (docs/database.md, "Timeouts"): a statement; a wait for
+    # a lock another transaction holds (a request that times out is a 503, its work rolled back);
+    # a transaction idle between its statements (its host cut off: the server ends it, and
+    # its locks go); and how long a connection's peer may leave what was sent unacknowledged,
+    # or keepalives unanswered, before the connection is dropped (TCP_USER_TIMEOUT).
+    database_statement_timeout_seconds: float = _setting(
+        "DATABASE_STATEMENT_TIMEOUT_SECONDS", parse.non_negative_number, 5.0
+    )
+    database_lock_timeout_seconds: float = _setting(
+        "DATABASE_LOCK_TIMEOUT_SECONDS", parse.non_negative_number, 2.0
+    )
+    database_idle_in_transaction_timeout_seconds: float = _setting(
+        "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", parse.non_negative_number, 5.0
+    )
+    database_tcp_timeout_seconds: float = _setting(
+        "DATABASE_TCP_TIMEOUT_SECONDS", parse.non_negative_number, 10.0
     )
     # The largest request body (413 beyond); not read from the environment.
     max_body_bytes: int = 1024 * 1024
@@ -297,6 +320,13 @@ def _check_together(values: dict) -> None:
         ("postgresql://", "postgres://")
     ):
         raise ConfigurationError("DATABASE_REPLICA_URLS needs a PostgreSQL DATABASE_URL")
+    statement = values.get("database_statement_timeout_seconds", 5.0)
+    lock = values.get("database_lock_timeout_seconds", 2.0)
+    if statement and lock >= statement:
+        # The statement timeout would end every lock wait first (PostgreSQL's documentation).
+        raise ConfigurationError(
+            "DATABASE_LOCK_TIMEOUT_SECONDS must be below DATABASE_STATEMENT_TIMEOUT_SECONDS"
+        )
     email, password = values.get("admin_email"), values.get("admin_password")
     if (email or password) and (not email or len(password or "") < 8):
         raise ConfigurationError(

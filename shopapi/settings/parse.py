@@ -54,6 +54,16 @@ def positive_number(name: str, raw: str) -> float:
     return value
 
 
+def non_negative_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1e9:
+        raise ConfigurationError(f"{name} must be a number of 0 or more, not {raw!r}")
+    return value
+
+
 def secret(minimum_length: int) -> Parser:
     def parse(name: str, raw: str) -> bytes:
         if len(raw) < minimum_length:

@@ -97,6 +97,44 @@ DATABASE_READS = Counter(
     "failed_over (its replica failed during it) or marks_unavailable (Redis did not answer).",
     ["database", "reason"],
 )
+# Set by each server process's replica checks (models/replicas.py, every 0.25 s); summed over
+# gunicorn's workers as the worst any live one saw.
+REPLICA_UP = Gauge(
+    "database_replica_up",
+    "1 while the replica answers its checks, else 0.",
+    ["replica"],
+    multiprocess_mode="livemin",
+)
+REPLICA_STREAMING = Gauge(
+    "database_replica_streaming",
+    "1 while the replica answers and receives WAL from its primary, else 0 (unreachable, or "
+    "its WAL receiver stopped: a standby that cannot resume falls behind for good).",
+    ["replica"],
+    multiprocess_mode="livemin",
+)
+REPLICA_LAG = Gauge(
+    "database_replica_lag_seconds",
+    "How long ago the primary first had WAL the replica has not replayed (0: none; +Inf: the "
+    "replica does not answer).",
+    ["replica"],
+    multiprocess_mode="livemax",
+)
+
+
+DATABASE_ROUND_TRIP = Gauge(
+    "database_round_trip_seconds",
+    "The median of this host's last five `SELECT 1` round trips to the primary, measured once a "
+    "second (PostgreSQL only).",
+    multiprocess_mode="livemax",
+)
+
+
+def replica_checked(name: str, up: bool, streaming: bool, lag_seconds: float) -> None:
+    REPLICA_UP.labels(name).set(int(up))
+    REPLICA_STREAMING.labels(name).set(int(up and streaming))
+    REPLICA_LAG.labels(name).set(lag_seconds)
+
+
 # Apart from http_requests_total: a balancer polls every second, and its probes (503 while
 # an instance drains) are not the API's traffic nor its errors (spec/health.yaml).
 PROBES = Counter(

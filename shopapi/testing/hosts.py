@@ -115,6 +115,9 @@ class Hosts:
         self.check_interval = check_interval
         self.forwarded, self.host_env = tuple(forwarded), host_env
         self.processes: dict[str, subprocess.Popen] = {}
+        # The release each host runs: a checkout's root (this one's unless a host is given
+        # another, as a rolling deploy does).
+        self.releases: dict[str, pathlib.Path] = {}
         self._namespaces: list[str] = []
         self._bridge: str | None = None
         self.base = f"http://{self.balancer_address}:{BALANCER_PORT}"
@@ -197,12 +200,14 @@ class Hosts:
             raise ValueError(f"port {port} is not forwarded to the hosts")
         return _moved(url, str(self.gateway), port)
 
-    def _spawn(self, name: str, namespace: str | None, command: list[str], env=None) -> None:
+    def _spawn(
+        self, name: str, namespace: str | None, command: list[str], env=None, cwd=ROOT
+    ) -> None:
         prefix = ["ip", "netns", "exec", namespace] if namespace else []
         with self.log(name).open("a") as log:
             self.processes[name] = subprocess.Popen(
                 [*prefix, *command],
-                cwd=ROOT,
+                cwd=cwd,
                 env=env or os.environ,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -227,9 +232,15 @@ class Hosts:
         # Its metrics files in the work directory, not this process's: a host SIGKILLed cannot
         # remove a directory of its own making (ops/gunicorn.conf.py), and would leave it in /tmp.
         env["PROMETHEUS_MULTIPROC_DIR"] = str(self.work_dir / f"metrics-{name}")
+        release = self.releases.get(name, ROOT)
+        env["PYTHONPATH"] = str(release)  # its own code first, whatever the virtualenv holds
         gunicorn = str(pathlib.Path(sys.executable).parent / "gunicorn")
         command = [gunicorn, "-c", "ops/gunicorn.conf.py", "app:create_app()"]
-        self._spawn(name, self._namespace(name), command, env)
+        self._spawn(name, self._namespace(name), command, env, cwd=release)
+
+    def run_in(self, name: str, *command: str) -> str:
+        """`command` run in host `name`'s network namespace (iptables, say); its output."""
+        return _run("ip", "netns", "exec", self._namespace(name), *command)
 
     def address_of(self, name: str) -> str:
         return str(self.addresses[self.names.index(name)])

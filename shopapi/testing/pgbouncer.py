@@ -88,7 +88,7 @@ class PgBouncer:
             argv += ["-u", runner]
         # In the starter's process group: whatever stops the test run or the bench as a group
         # stops pgbouncer too, even when the starter has no chance to.
-        with open(self.log, "wb") as log:
+        with open(self.log, "ab") as log:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
         while True:
@@ -133,6 +133,15 @@ class PgBouncer:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def kill(self) -> None:
+        """pgbouncer SIGKILLed, as by the kernel's OOM killer: its connections cut unanswered."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Start it again, on the same port with the same configuration."""
+        self.process = self._start()
 
     def stop(self) -> None:
         """Stop pgbouncer (its clients are disconnected) and remove its directory."""

@@ -14,14 +14,20 @@ from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from playhouse.pool import MaxConnectionsExceeded
 from starlette.exceptions import HTTPException
 
+from models import database_errors
 from models.errors import Conflict, CurrentPasswordRequired, InvalidReference
 from shopapi.auth.oauth import OAuthError
 from shopapi.auth.security import NO_CREDENTIALS, challenge, presented_credentials
 
 log = logging.getLogger("shopapi.errors")
 
-# Seconds a client should wait before retrying while the database is unavailable.
+# Seconds a client should wait before retrying while the database is unavailable; after its
+# request ran out of time waiting for a lock or a statement (the partitioned host whose
+# transaction held the lock is ended within DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS);
+# after it lost to a concurrent transaction (a deadlock: run again, it goes through).
 DATABASE_RETRY_AFTER = 5
+TIMED_OUT_RETRY_AFTER = 2
+CONFLICTED_RETRY_AFTER = 1
 
 
 class ValidationProblem(ProblemException):
@@ -177,6 +183,30 @@ def _data_error(request, exc: peewee.DataError):
     return problem(request, 400, "A value is out of the range the database can store.")
 
 
+def _database_error(request, exc: peewee.OperationalError):
+    """A statement or lock wait out of time (503), a transaction lost to a concurrent one (409),
+    or the database away (503). Each rolled the request's work back, and each says when to
+    retry: the idempotency layer keeps no answer that does (shopapi/pipeline/idempotency.py)."""
+    if database_errors.conflicted(exc):
+        log.warning("transaction lost to a concurrent one: %s", exc)
+        return problem(
+            request,
+            409,
+            "This request conflicted with a concurrent one and changed nothing; send it again.",
+            headers={"Retry-After": str(CONFLICTED_RETRY_AFTER)},
+        )
+    if database_errors.timed_out(exc):
+        log.warning("database work out of time: %s", exc)
+        return problem(
+            request,
+            503,
+            "The database did not finish this request in time (a row it changes is held by "
+            "another, or a statement ran too long); nothing was changed; try again shortly.",
+            headers={"Retry-After": str(TIMED_OUT_RETRY_AFTER)},
+        )
+    return _database_unavailable(request, exc)
+
+
 def _database_unavailable(request, exc: Exception):
     log.warning("database unavailable: %s", exc)
     return problem(
@@ -210,7 +240,7 @@ def handlers(allowed_methods) -> dict[type[Exception], Callable]:
         InvalidReference: _invalid_reference,
         peewee.IntegrityError: _integrity_error,
         peewee.DataError: _data_error,
-        peewee.OperationalError: _database_unavailable,
+        peewee.OperationalError: _database_error,
         MaxConnectionsExceeded: _database_unavailable,
         peewee.InterfaceError: _database_unavailable,
         UnicodeDecodeError: _unicode_error,

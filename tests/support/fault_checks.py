@@ -120,8 +120,28 @@ def check(layout: Layout, load: WriteLoad, initial_stock: dict[str, int], phases
         if write.what == "product":
             initial_stock[write.body["sku"]] = write.body["stock"]
     holds("no product oversold", _oversold(primary, initial_stock), "product(s)")
+    holds("no id handed out twice", _ids_given_twice(acknowledged), "id(s)")
+    holds(
+        "no webhook-id handed out twice",
+        [
+            f"{webhook_id}: {len(bodies)} different bodies"
+            for webhook_id, bodies in layout.deliveries.bodies.items()
+            if len(bodies) > 1
+        ],
+        "webhook-id(s)",
+    )
+    holds("the worker outlived its database's absence", layout.worker_exits, "exit(s)")
     results.update(_deliveries(layout, phases))
     return results
+
+
+def _ids_given_twice(acknowledged) -> list[str]:
+    """The ids acknowledged to two writes (two keys): a sequence that went back, after a
+    failover that lost what it had handed out."""
+    keys = collections.defaultdict(set)
+    for write in acknowledged:
+        keys[write.what, write.answer["id"]].add(write.key)
+    return [f"{what} {id_}: {sorted(k)}" for (what, id_), k in keys.items() if len(k) > 1]
 
 
 def _as_acknowledged(write, orders, items, products) -> bool:

@@ -4,6 +4,7 @@ after all of them (fault_checks.py). bench/faults.py writes it up, tests/test_fa
 the invariants."""
 
 import collections
+import datetime
 import json
 import time
 from functools import partial
@@ -15,6 +16,7 @@ from shopapi.testing.standby import wait_for
 from support.fault_checks import check
 from support.faults import DEADLINE_SECONDS, FAULTS
 from support.helpers import bearer
+from support.previous_release import previous_release
 from support.production_layout import Layout, production_layout
 from support.write_load import WriteLoad
 
@@ -22,6 +24,9 @@ from support.write_load import WriteLoad
 # ran out for that order: the final answer, replayed to a retry).
 ANSWERS = {"200", "201", "409"}
 SCARCE_STOCK, PLENTIFUL_STOCK = 40, 1_000_000
+# The longest a write on one host may take while another host is cut off or slowed: the
+# database's timeouts end what the faulty host holds well before its fault does.
+OTHER_HOSTS_WAIT_SECONDS = 10
 
 
 def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
@@ -31,7 +36,9 @@ def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
     def say_when(message: str) -> None:
         say(f"{time.monotonic() - started:5.0f} s  {message}")
 
-    with production_layout(work_dir) as layout:
+    # The layout starts on the previous release; the first fault deploys this one.
+    release = previous_release(work_dir / "previous-release")
+    with production_layout(work_dir, release=release) as layout:
         say_when("the layout is up")
         initial_stock, customer_id, plentiful, scarce = _set_up(layout)
         phases = []
@@ -42,7 +49,7 @@ def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
                 lambda: load.settled_since(warm), DEADLINE_SECONDS, "every client's first write"
             )
             for fault in faults:
-                injected = time.monotonic()
+                injected, injected_at = time.monotonic(), time.time()
                 note = fault.inject(layout, load)
                 whole = time.monotonic()
                 wait_for(
@@ -50,20 +57,38 @@ def run(work_dir, clients: int, pause: float, faults=FAULTS, say=print) -> dict:
                     DEADLINE_SECONDS,
                     f"writes after {fault.name}",
                 )
+                # The standby streaming again, synchronous, before the next fault.
+                layout.replication.wait_until_whole()
                 phases.append(
                     {"fault": fault.name, "injected": injected, "whole": whole, "note": note}
-                    | {"database": fault.database, "unseen": fault.unseen}
+                    | {"injected_at": injected_at, "database": fault.database}
+                    | {"unseen": fault.unseen, "host": layout.isolated_host}
                 )
+                layout.isolated_host = None
                 say_when(f"{fault.name}: whole again after {whole - injected:.1f} s")
-        ended = time.monotonic()
+        ended, ended_at = time.monotonic(), time.time()
         invariants = check(layout, load, initial_stock, phases, say)
         say_when("checked")
         longest = _longest_write_served(layout)
+        writes_by_host = _writes_by_host(layout)
     per_fault = _per_fault(phases, load, ended)
+    nexts = [*phases[1:], {"injected_at": ended_at}]
+    for phase, after, fault in zip(phases, nexts, per_fault, strict=True):
+        start, end = phase["injected_at"], after["injected_at"]
+        during = {
+            host: [took for at, took in writes if start <= at < end]
+            for host, writes in writes_by_host.items()
+        }
+        fault["writes_per_second"] = {
+            host: round(len(took) / (end - start), 2) for host, took in during.items()
+        }
+        fault["longest_write_by_host"] = {
+            host: round(max(took, default=0.0), 2) for host, took in during.items()
+        }
     return {
         "longest_write_served": longest,
         "faults": per_fault,
-        "invariants": invariants | _unseen(phases, per_fault),
+        "invariants": invariants | _unseen(phases, per_fault) | _isolated(phases, per_fault),
         "writes": len(load.writes),
         "attempts": len(load.attempts),
         "seconds": time.monotonic() - started,
@@ -95,6 +120,39 @@ def _longest_write_served(layout: Layout) -> float:
             if '"duration_ms"' in line and '"method":"POST"' in line:
                 longest = max(longest, json.loads(line)["duration_ms"] / 1000)
     return longest
+
+
+def _writes_by_host(layout: Layout) -> dict[str, list[tuple[float, float]]]:
+    """Per host, each write it answered with a 2xx: when it ended (epoch seconds) and how long
+    it took (seconds), from its request log. How a fault on one host shows on the others."""
+    writes = {}
+    for name in layout.hosts.names:
+        writes[name] = []
+        for line in layout.hosts.log(name).read_text().splitlines():
+            if '"method":"POST"' in line and '"status":2' in line:
+                logged = json.loads(line)
+                at = datetime.datetime.fromisoformat(logged["time"]).timestamp()
+                writes[name].append((at, logged["duration_ms"] / 1000))
+    return writes
+
+
+def _isolated(phases: list[dict], per_fault: list[dict]) -> dict:
+    """A host cut from the database or slowed holds nothing the other hosts' writes wait on
+    for long: its transactions are ended by the database's timeouts, not by the fault's end."""
+    stalled = [
+        f"{fault['fault']}: {host} waited {took} s"
+        for phase, fault in zip(phases, per_fault, strict=True)
+        if phase["host"]
+        for host, took in fault["longest_write_by_host"].items()
+        if host != phase["host"] and took > OTHER_HOSTS_WAIT_SECONDS
+    ]
+    return {
+        "no host waits on another's fault": {
+            "held": not stalled,
+            "detail": f"{len(stalled)} write(s) over {OTHER_HOSTS_WAIT_SECONDS} s: "
+            + "; ".join(stalled),
+        }
+    }
 
 
 def _created(response: httpx.Response) -> dict:

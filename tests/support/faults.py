@@ -6,19 +6,21 @@ import collections
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
 
+import peewee
 import psycopg2
 
+from shopapi.testing.hosts import ROOT
 from shopapi.testing.standby import Server, wait_for
-from support.production_layout import Layout
+from support.production_layout import Layout, migrate_to
 from support.write_load import WriteLoad
 
 # Generous: a busy 2-core machine restarts a host, or a cluster, in many seconds.
 DEADLINE_SECONDS = 180
-PRIMARY_DOWN_SECONDS = 15
 # Attempts each client makes while a fault without a duration of its own holds.
 ATTEMPTS_PER_CLIENT = 25
 
@@ -103,6 +105,26 @@ def _answers_held(primary: Server):
     finally:
         connection.rollback()
         connection.close()
+
+
+def release_rolled_out(layout: Layout, load: WriteLoad) -> str:
+    """This release deployed over the previous one under load, in docs/operations.md's order:
+    its migrations run once while the old hosts serve; then each host stopped (it drains) and
+    started on this release in turn; then the worker."""
+    applied = migrate_to(ROOT, layout.replication.url).strip()
+    for name in layout.hosts.names:
+        server = layout.hosts.processes[name]
+        server.send_signal(signal.SIGTERM)
+        layout.hosts.wait_for_state(name, "DOWN")
+        server.wait(timeout=DEADLINE_SECONDS)
+        layout.hosts.kill(name)  # nothing of it left (its workers exit with its master)
+        layout.hosts.releases[name] = ROOT
+        _restart(layout, name)
+    layout.worker.send_signal(signal.SIGTERM)
+    layout.worker.wait(timeout=DEADLINE_SECONDS)
+    layout.release = ROOT
+    layout.start_worker()
+    return applied  # "migrations applied: ..."
 
 
 def host_killed(layout: Layout, load: WriteLoad) -> str:
@@ -196,25 +218,56 @@ def host_group_terminated(layout: Layout, load: WriteLoad) -> str:
 
 
 def primary_restarted(layout: Layout, load: WriteLoad) -> None:
-    primary = layout.replication.primary
-    primary.stop("fast")
-    primary.start()
+    """The primary's PostgreSQL restarted by Patroni (an operator's `patronictl restart`)."""
+    tier = layout.replication
+    leader = tier.leader()
+    leader.restart_postgresql()
     layout.wait_until_whole()
 
 
-def primary_down(layout: Layout, load: WriteLoad) -> None:
-    primary = layout.replication.primary
-    primary.stop("fast")
-    time.sleep(PRIMARY_DOWN_SECONDS)  # the fault's own length
-    primary.start()
+def primary_lost(layout: Layout, load: WriteLoad) -> str:
+    """The primary's host lost for good (Patroni and PostgreSQL SIGKILLed at once, writes in
+    flight): Patroni promotes the synchronous standby once the leader's key expires. The lost
+    host is then replaced by a new one, which Patroni makes the new primary's standby."""
+    tier = layout.replication
+    with _writes_parked(tier.primary):
+        _, in_flight = _a_host_with_writes_in_flight(layout)
+        lost = tier.leader()
+        lost.kill()
+    promoted = wait_for(tier.leader, DEADLINE_SECONDS, "Patroni to promote the standby")
+    # Its role-change callback moves every sequence past what the lost primary could have
+    # issued (models/after_promotion.py), once for the new timeline.
+    wait_for(
+        lambda: _sequences_advanced(promoted.server),
+        DEADLINE_SECONDS,
+        "the promoted primary's sequences advanced",
+    )
+    tier.restart_node(lost, rebuilt=True)
     layout.wait_until_whole()
+    return (
+        f"{lost.name} lost with {in_flight} write(s) in flight; {promoted.name} promoted, its "
+        "sequences advanced"
+    )
+
+
+def _sequences_advanced(server: Server) -> bool:
+    with contextlib.suppress(peewee.DatabaseError):
+        return bool(
+            server.query(
+                "SELECT 1 FROM sequence_advance WHERE timeline_id ="
+                " ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"
+            )
+        )
+    return False
 
 
 def standby_stopped(layout: Layout, load: WriteLoad) -> None:
-    standby = layout.replication.standby
-    standby.stop("fast")
+    tier = layout.replication
+    standby = tier.node_of(tier.standby)
+    standby.stop()
     _while_load_runs(load)
     standby.start()
+    layout.wait_until_whole()
 
 
 def redis_stopped(layout: Layout, load: WriteLoad) -> None:
@@ -266,16 +319,137 @@ def slots_exhausted(layout: Layout, load: WriteLoad) -> str:
     return f"{len(held)} connections opened until refused"
 
 
+def pgbouncer_killed(layout: Layout, load: WriteLoad) -> str:
+    """A host's PgBouncer SIGKILLed with writes in flight on that host, then started again."""
+    with _writes_parked(layout.replication.primary):
+        victim, in_flight = _a_host_with_writes_in_flight(layout)
+        layout.bouncers[victim].kill()
+    layout.bouncers[victim].restart()
+    layout.wait_until_whole()
+    return f"{victim}'s, with {in_flight} write(s) in flight"
+
+
+def worker_started_without_database(layout: Layout, load: WriteLoad) -> str:
+    """The worker's host restarted while its database path is down: the worker starts first,
+    and must wait for the database, not exit."""
+    layout.kill_worker()
+    bouncer = layout.bouncers["worker"]
+    bouncer.kill()
+    layout.start_worker()
+    _while_load_runs(load)  # events wait meanwhile
+    started, delivered = layout.worker, len(layout.deliveries.received)
+    bouncer.restart()
+    wait_for(
+        lambda: started.poll() is not None or len(layout.deliveries.received) > delivered,
+        DEADLINE_SECONDS,
+        "the worker to deliver again",
+    )
+    if started.poll() is not None:
+        layout.worker_exits.append(f"exit status {started.returncode} without its database")
+        layout.start_worker()  # the invariants then check what it had left undelivered
+        return "the worker exited without its database, and was started again"
+    return "the worker waited for its database"
+
+
+PARTITION_SECONDS = 20
+
+
+def host_partitioned(layout: Layout, load: WriteLoad) -> str:
+    """A host cut from its database path (every packet to and from its PgBouncer dropped in its
+    namespace) for PARTITION_SECONDS, a write of it mid-transaction: its row locks must not
+    stall the other hosts' writes for the partition's length."""
+    with _writes_parked(layout.replication.primary):
+        victim, in_flight = _a_host_with_writes_in_flight(layout)
+        layout.isolated_host = victim
+        port = str(layout.bouncers[victim].port)
+        rules = [["OUTPUT", "--dport", port], ["INPUT", "--sport", port]]
+        for chain, direction, value in rules:
+            layout.hosts.run_in(
+                victim, "iptables", "-I", chain, "-p", "tcp", direction, value, "-j", "DROP"
+            )
+    try:
+        time.sleep(PARTITION_SECONDS)  # the fault's own length
+    finally:
+        for chain, direction, value in rules:
+            layout.hosts.run_in(
+                victim, "iptables", "-D", chain, "-p", "tcp", direction, value, "-j", "DROP"
+            )
+    layout.wait_until_whole()
+    return f"{victim}, with {in_flight} write(s) mid-transaction"
+
+
+def wal_disk_full(layout: Layout, load: WriteLoad) -> str:
+    """The primary's WAL volume filled by something else until PostgreSQL cannot write its WAL
+    (it stops rather than lose a commit), then freed: Patroni brings it back, and the standby
+    resumes streaming from its replication slot."""
+    leader = layout.replication.leader()
+    log = leader.config.parent / f"{leader.name}-patroni.log"
+    seen = log.stat().st_size
+    filler = leader.wal_dir / "filler"
+    # As much as there is room for (fallocate fails past that, having taken nothing).
+    with filler.open("wb") as file, contextlib.suppress(OSError):
+        os.posix_fallocate(file.fileno(), 0, shutil.disk_usage(leader.wal_dir).free)
+
+    def full() -> bool:
+        # A segment switch after a write: the next WAL goes to a new file, which needs room.
+        with contextlib.suppress(peewee.DatabaseError, psycopg2.Error):  # once it has stopped
+            leader.server.query(
+                "CREATE TABLE IF NOT EXISTS wal_filler (n int); INSERT INTO wal_filler VALUES (1);"
+                " SELECT pg_switch_wal()"
+            )
+        return "No space left on device" in log.read_text(errors="replace")[seen:]
+
+    try:
+        wait_for(full, DEADLINE_SECONDS, "the primary to find its WAL volume full")
+    finally:
+        filler.unlink()
+    layout.wait_until_whole()
+    return f"{leader.name}'s WAL volume"
+
+
+SLOW_SECONDS, ADDED_ROUND_TRIP_SECONDS = 20, 0.2
+
+
+def host_slowed(layout: Layout, load: WriteLoad) -> str:
+    """+200 ms on every round trip between one host's PgBouncer and the primary, for
+    SLOW_SECONDS: the host's writes slow down; the other host's must not wait on its locks."""
+    victim = layout.isolated_host = layout.hosts.names[0]
+    path = layout.paths[victim]
+    path.delay_seconds = ADDED_ROUND_TRIP_SECONDS
+    try:
+        time.sleep(SLOW_SECONDS)  # the fault's own length
+    finally:
+        path.delay_seconds = 0.0
+    layout.wait_until_whole()
+    return victim
+
+
 FAULTS = [
+    # First: the layout starts on the previous release (fault_suite.py), every other fault then
+    # meets this one.
+    Fault("this release rolled out under load", release_rolled_out, unseen=True),
     Fault("a host SIGKILLed", host_killed),
     Fault("a host SIGKILLed between a write's work and its commit", host_killed_before_commit),
     Fault("a host SIGTERMed", host_terminated, unseen=True),
     Fault("a host's process group SIGTERMed", host_group_terminated, unseen=True),
-    Fault("the primary restarted", primary_restarted, database=True),
-    Fault(f"the primary down for {PRIMARY_DOWN_SECONDS} s", primary_down, database=True),
+    Fault("the primary restarted by Patroni", primary_restarted, database=True),
+    Fault(
+        "the primary lost for good, its synchronous standby promoted", primary_lost, database=True
+    ),
     Fault("the standby stopped", standby_stopped, unseen=True),
     Fault("Redis stopped", redis_stopped, unseen=True),
     Fault("the worker SIGKILLed mid-delivery", worker_killed_mid_delivery, unseen=True),
     Fault("every database connection terminated", connections_terminated, database=True),
     Fault("the connection slots exhausted", slots_exhausted, database=True),
+    Fault("a host's PgBouncer SIGKILLed", pgbouncer_killed, database=True),
+    Fault(
+        "the worker started while its database is down",
+        worker_started_without_database,
+        database=True,
+    ),
+    Fault(
+        f"a host cut from the database for {PARTITION_SECONDS} s", host_partitioned, database=True
+    ),
+    Fault(f"+200 ms between a host and the database for {SLOW_SECONDS} s", host_slowed),
+    Fault("the primary's WAL disk full, then freed", wal_disk_full, database=True),
 ]

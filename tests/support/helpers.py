@@ -107,6 +107,12 @@ def assert_problem(response, status: int):
     return body
 
 
+# The settings of a server whose requests a test holds on a lock for as long as it needs: by
+# default a lock wait ends within DATABASE_LOCK_TIMEOUT_SECONDS, and its request is a 503
+# (tests/test_database_timeouts.py). PgBouncer's query_timeout (ops/pgbouncer.ini) still holds.
+WAITS_UNBOUNDED = {"DATABASE_LOCK_TIMEOUT_SECONDS": "0", "DATABASE_STATEMENT_TIMEOUT_SECONDS": "0"}
+
+
 # How long a wait may take before it is a failure: generous, because a worker that has just
 # started still imports everything, for many seconds on a busy machine; it is waited for, not
 # slept through, so a healthy run takes what the work takes.

@@ -89,10 +89,13 @@ def uvicorn_command(port: int) -> list[str]:
     ]
 
 
-def run_module(module: str, env: dict, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
-    """`python -m module` as `make` runs it (`make migrate`, `make seed`), with exactly `env`."""
+def run_module(
+    module: str, env: dict, cwd: pathlib.Path = ROOT, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """`python -m module args...` as `make` runs it (`make migrate`, `make seed`), with exactly
+    `env`."""
     return subprocess.run(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=env,
         capture_output=True,

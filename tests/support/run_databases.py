@@ -107,3 +107,23 @@ class RunDatabase:
         if self._owner is not None:
             self._owner.close()
             self._owner = None
+
+
+@contextlib.contextmanager
+def database_beside(run_url: str, suffix: str):
+    """A PostgreSQL database of a test's own, empty, beside the run's (`run_url`, straight to the
+    server): `<run's name>_<suffix>`, so that a run killed before dropping it drops it next time.
+    Yields its URL."""
+    parts = urlsplit(run_url)
+    name = f"{unquote(parts.path.lstrip('/'))}_{suffix}"
+    admin = psycopg2.connect(run_url, connect_timeout=3)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {_quoted(name)} WITH (FORCE)")
+            cursor.execute(f"CREATE DATABASE {_quoted(name)}")
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {_quoted(name)} WITH (FORCE)")
+        admin.close()

@@ -1,8 +1,10 @@
-"""A TCP forwarder that a test can cut and restore, to take a database away from a server."""
+"""A TCP forwarder that a test can cut and restore, to take a database away from a server, or
+slow down (`delay_seconds`, added to each round trip through it)."""
 
 import contextlib
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -12,6 +14,9 @@ class TcpProxy:
         self._listener = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        # Half of it before each piece passes in either direction: a request and its answer,
+        # one round trip, take this much longer. Changed at any time.
+        self.delay_seconds = 0.0
 
     def start(self) -> None:
         listener = socket.socket()
@@ -49,10 +54,11 @@ class TcpProxy:
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                if self.delay_seconds:
+                    time.sleep(self.delay_seconds / 2)
                 sink.sendall(data)
         except OSError:
             pass
