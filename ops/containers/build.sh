@@ -33,7 +33,13 @@ cp -r "$deps" build/wheelhouse
 "$PIP" wheel --quiet --disable-pip-version-check --no-deps --no-index --find-links "$deps" \
     -w build/wheelhouse .
 
-# docker format: OCI images drop HEALTHCHECK.
-podman build --quiet --format docker --build-arg BASE="$BASE" --tag "$IMAGE" -f Containerfile . >/dev/null
+# docker format: OCI images drop HEALTHCHECK. No layer cache (the wheelhouse changes at every
+# build), so no intermediate images are left; the image this one replaces is removed.
+previous=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+podman build --quiet --layers=false --format docker --build-arg BASE="$BASE" --tag "$IMAGE" \
+    -f Containerfile . >/dev/null
 rm -rf build/wheelhouse
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$IMAGE")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true  # still used by a container: kept
+fi
 echo "$IMAGE: $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.0f MB", $1 / 1e6}') (base $BASE)"
