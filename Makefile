@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint bench bench-hosts bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint image image-test bench bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas bench-mix-parts soak faults \
 	profile clean \
 	contract-snapshot contract-tools
@@ -89,6 +89,21 @@ serve: install
 # gunicorn with one uvicorn worker per core (WEB_CONCURRENCY to change it); see ops/gunicorn.conf.py.
 serve-prod: install
 	BIND=$(HOST):$(PORT) $(BIN)/gunicorn -c ops/gunicorn.conf.py 'app:create_app()'
+
+# The image (Containerfile) as localhost/shopapi:latest, with podman (ops/containers/build.sh):
+# its base made of Debian's packages unless BASE names one (a registry's python:3.11-slim).
+# CONTAINERS_CONF: podman's settings for this machine (runc, limits within its hard limits).
+export CONTAINERS_CONF ?= $(CURDIR)/ops/containers/containers.conf
+image: install-dev
+	ops/containers/build.sh
+
+# compose.yaml's whole layout from that image and Debian-made service images, on ports and a
+# project name of this run's own (tests/support/image_test.py; a few minutes, as root): the
+# README's first requests through HAProxy, a replica stopped while the other serves; then
+# nothing left behind.
+image-test: image
+	services=$$(ops/containers/debian-images.sh | sed -n 's/^services=//p') && \
+	  SERVICES_IMAGE=$$services $(BIN)/python tests/support/image_test.py
 
 # Delivers webhooks (and push notifications) from the events of a migrated database; see
 # shopapi/events/worker.py. On SQLite run one worker; on PostgreSQL as many as you like.
