@@ -160,7 +160,11 @@ class Batch:
             self.merge(ordered, Product.by_skus_for_update(skus))
         new = [p for kind, p, _ in self.changes if kind == "product.created"]
         if new:
-            insert_rows(Product, [{**product.__data__} for product in new])
+            # Every column but the id the database gives (each has a value or its default).
+            columns = [name for name in Product._meta.fields if name != "id"]
+            insert_rows(
+                Product, [{name: getattr(product, name) for name in columns} for product in new]
+            )
             created = Product.select(Product.id, Product.sku).where(
                 Product.sku.in_([p.sku for p in new])
             )
@@ -172,6 +176,6 @@ class Batch:
             names = ("id", *(n for n in Product.writable if n in Product._meta.fields))
             update_rows(
                 Product,
-                [{n: p.__data__[n] for n in (*names, "updated_at")} for p in updated],
+                [{n: getattr(p, n) for n in (*names, "updated_at")} for p in updated],
             )
         self.products = [self.by_sku[item["sku"]] for item in self.items]
