@@ -17,6 +17,7 @@ import psycopg2
 import pytest
 from support.breakable_database import breakable
 from support.helpers import (
+    WAITS_UNBOUNDED,
     assert_problem,
     bearer,
     bearer_for,
@@ -548,20 +549,26 @@ def _committed(direct_url: str) -> tuple[int, int, int]:
     )
 
 
-def _waiting_on_a_row(direct_url: str, table: str) -> int:
-    """How many of the server's UPDATEs of `table` wait for another transaction's row lock."""
+def _waiting_on_a_row(direct_url: str, table: str, statement: str = "UPDATE") -> int:
+    """How many of the server's UPDATEs (or other `statement`s) of `table` wait for another
+    transaction's row lock."""
     with contextlib.closing(psycopg2.connect(direct_url)) as connection:
         cursor = connection.cursor()
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND wait_event <> 'advisory' AND query LIKE %s",
-            (f'UPDATE "{table}"%',),
+            (f'{statement} "{table}"%',),
         )
         return cursor.fetchone()[0]
 
 
 # A server of the same fingerprint secret as the next one, and a lease a test can wait out.
-SHORT_LEASE = {"HMAC_SECRET": SECRET.decode(), "IDEMPOTENCY_LEASE_SECONDS": "1"}
+# The requests are held on a lock past their lease on purpose: no lock timeout ends them first.
+SHORT_LEASE = {
+    "HMAC_SECRET": SECRET.decode(),
+    "IDEMPOTENCY_LEASE_SECONDS": "1",
+    **WAITS_UNBOUNDED,
+}
 
 
 def _product_and_order(http) -> tuple[dict, dict]:
@@ -657,9 +664,15 @@ def test_a_request_outliving_its_lease_yields_to_the_retry_that_took_its_key(
                 "the first attempt to wait for the product's row",
             )
             retry = pool.submit(_retried, http, order)
+            # Behind the first attempt: at the product's row, or before it at the customer's
+            # order counter (an order's row is written before its stock is taken).
             wait_for(
-                lambda: _waiting_on_a_row(direct_database_url, "product") == 2,
-                "the retry to take the key over and wait for the row too",
+                lambda: (
+                    _waiting_on_a_row(direct_database_url, "product")
+                    + _waiting_on_a_row(direct_database_url, "order", statement="INSERT INTO")
+                    == 2
+                ),
+                "the retry to take the key over and wait behind the first attempt",
             )
         assert "still being processed" in assert_problem(first.result(), 409)["detail"]
         assert retry.result().status_code == 201, retry.result().text
