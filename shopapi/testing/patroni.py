@@ -20,7 +20,14 @@ import psycopg2
 import yaml
 
 from shopapi.testing.ports import free_port
-from shopapi.testing.standby import DATABASE, Server, _as_postgres, _bindir, wait_for
+from shopapi.testing.standby import (
+    DATABASE,
+    Replication,
+    Server,
+    _as_postgres,
+    _bindir,
+    wait_for,
+)
 
 OPS = pathlib.Path(__file__).resolve().parents[2] / "ops"
 # Generous: on a busy 2-core machine a node's first start (initdb, a base backup) is slow.
@@ -229,11 +236,7 @@ class DatabaseTier:
 
     def replayed_everything(self) -> bool:
         """Whether the standby has replayed all the primary has written so far."""
-        (written,) = self.primary.query("SELECT pg_current_wal_insert_lsn()")[0]
-        (caught_up,) = self.standby.query(
-            "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (written,)
-        )[0]
-        return caught_up
+        return Replication(self.primary, self.standby).replayed_everything()
 
     # -- Building and removing it
 
