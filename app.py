@@ -12,7 +12,8 @@ import warnings
 
 # Connexion imports starlette.testclient (connexion/apps/abstract.py) for its test client, and
 # Starlette warns there, at every start of the server, that it found httpx rather than httpx2:
-# nothing an operator can act on. That warning only, from that import only.
+# nothing an operator can act on. That warning only, from that import only (shopapi/__init__.py
+# filters it for the processes that import Connexion through our modules before app.py).
 with warnings.catch_warnings():
     warnings.filterwarnings(
         "ignore",

@@ -223,12 +223,14 @@ def test_a_rolling_restart_under_load_fails_no_request(hosts, api):
 
 
 def _orders_waiting(database_url: str) -> dict[str, int]:
-    """How many orders wait on the locked row, by host (PGAPPNAME)."""
+    """How many orders wait on the locked row, by host (PGAPPNAME): at the row, or, the
+    customer's later ones, before it at the customer's order counter (held by the first)."""
     with contextlib.closing(psycopg2.connect(database_url)) as connection:
         cursor = connection.cursor()
         cursor.execute(
             "SELECT application_name, count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE \"product\"%%' GROUP BY 1"
+            "WHERE wait_event_type = 'Lock' AND (query LIKE 'UPDATE \"product\"%%' "
+            "OR query LIKE 'INSERT INTO \"order\"%%') GROUP BY 1"
         )
         return dict(cursor.fetchall())
 

@@ -94,6 +94,9 @@ def _value_schema(schema: dict, operator: str) -> dict:
     for keyword in keywords:
         if keyword in schema:
             value[keyword] = schema[keyword]
+    if "enum" in value:
+        # A nullable field's `null` is no value a query string can carry.
+        value["enum"] = [choice for choice in value["enum"] if choice is not None]
     if value.get("format") == "decimal":
         value["pattern"] = _DECIMAL
     elif value["type"] == "string" and "enum" not in value:
