@@ -63,6 +63,7 @@ from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
 from shopapi.events.stream import EventStreams
 from shopapi.internals import connexion as connexion_internals
+from shopapi.pipeline.admission import AdmissionMiddleware
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
 from shopapi.pipeline.draining import Drain
@@ -320,6 +321,17 @@ def pipeline(
         partial(RoutedOperationMiddleware, operations=operations),
         # 413 beyond the body limit, before anything reads the body.
         partial(BodyLimitMiddleware, max_bytes=settings.max_body_bytes),
+        # A server busy with as many requests as it answers promptly refuses more at once (503)
+        # before they cost anything more: credentials, rate limit, validation. A body has
+        # arrived whole before its request takes a place.
+        settings.admission_concurrency
+        and partial(
+            AdmissionMiddleware,
+            concurrency=settings.admission_concurrency,
+            queue=settings.admission_queue,
+            max_wait_seconds=settings.admission_max_wait_ms / 1000,
+            long_lived=frozenset({EventStreamMiddleware.OPERATION_ID}),
+        ),
         # An address whose credentials keep failing gets 429 for its further failures (valid
         # credentials from it pass): it sees the 401s of the security checks inside it.
         failed_auth_limit

@@ -14,7 +14,10 @@
 --   BENCH_ADDRS  host:port,host:port: the servers, one per thread in turn (round-robin);
 --                unset: the URL's
 -- It prints "BENCH <key> <value>" lines for load.py: the totals, latency percentiles, every
--- status seen and one body of each error status.
+-- status seen and one body of each error status. At a constant rate it also times each answer
+-- from the moment its request was due on the schedule, not from when it was sent (a request
+-- kept waiting by a busy connection counts its wait: wrk2's correction), for every answer, the
+-- 2xx alone and the 503s alone. The due time travels in X-Request-ID, which the server echoes.
 
 local ffi = require("ffi")
 ffi.cdef [[
@@ -64,13 +67,27 @@ end
 -- is free; behind schedule (the server saturated), it goes at once. Defined only when a rate is
 -- asked for: wrk sends at once when the script has no delay().
 local rate = tonumber(os.getenv("BENCH_RATE") or "0")
+-- The due times of the requests delayed and not yet made, in order: wrk makes each request when
+-- its delay is over, and the delays end in the order they were given.
+local due, first_due, next_due = {}, 1, 1
 if rate > 0 then
   local interval_ms, next_at = 1000 / rate, nil
   function delay()
     local now = now_ms()
     next_at = (next_at or now) + interval_ms
+    due[next_due], next_due = next_at, next_due + 1
     return math.max(0, next_at - now)
   end
+end
+
+-- The request's due time (now, without a schedule), in X-Request-ID.
+local function stamped(request_text)
+  local at = now_ms()
+  if first_due < next_due then
+    at, due[first_due], first_due = due[first_due], nil, first_due + 1
+  end
+  local id = string.format("X-Request-ID: bench-%.3f\r\n", at)
+  return (request_text:gsub("\r\n", "\r\n" .. id, 1))
 end
 
 local JSON = {["Content-Type"] = "application/json"}
@@ -153,7 +170,7 @@ local requests = {
 local MIX = {{40, "list"}, {70, "get"}, {85, "orders"}, {95, "create"}, {100, "patch"}}
 local MIXES = {mix = "", mix_v3 = "_v3"}
 
-function request()
+local function next_request()
   local user = any(data.users)
   local version = MIXES[mix]
   if not version then
@@ -167,10 +184,32 @@ function request()
   end
 end
 
+function request()
+  return stamped(next_request())
+end
+
+-- Each thread's answers, timed from their due time (ms): every one, the 2xx, the 503s; and the
+-- 503s that came without Retry-After.
+timed_all, timed_ok, timed_shed, shed_without_retry_after = {}, {}, {}, 0
+
 function response(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
   if status >= 400 and not error_bodies[status] then
     error_bodies[status] = body
+  end
+  local id = headers["x-request-id"] or headers["X-Request-ID"] or ""
+  local at = tonumber(id:match("^bench%-([%d.]+)$"))
+  if at then
+    local ms = now_ms() - at
+    timed_all[#timed_all + 1] = ms
+    if status >= 200 and status < 300 then
+      timed_ok[#timed_ok + 1] = ms
+    elseif status == 503 then
+      timed_shed[#timed_shed + 1] = ms
+    end
+  end
+  if status == 503 and not (headers["retry-after"] or headers["Retry-After"]) then
+    shed_without_retry_after = shed_without_retry_after + 1
   end
 end
 
@@ -187,6 +226,27 @@ function done(summary, latency, requests)
     out("latency_p" .. p .. "_us", latency:percentile(p))
   end
   out("latency_max_us", latency.max)
+  for _, name in ipairs({"timed_all", "timed_ok", "timed_shed"}) do
+    local all = {}
+    for _, thread in ipairs(threads) do
+      for _, ms in ipairs(thread:get(name)) do
+        all[#all + 1] = ms
+      end
+    end
+    table.sort(all)
+    out(name .. "_count", #all)
+    if #all > 0 then
+      for _, p in ipairs({50, 90, 99}) do
+        out(name .. "_p" .. p .. "_ms", all[math.max(1, math.ceil(#all * p / 100))])
+      end
+      out(name .. "_max_ms", all[#all])
+    end
+  end
+  local without = 0
+  for _, thread in ipairs(threads) do
+    without = without + thread:get("shed_without_retry_after")
+  end
+  out("shed_without_retry_after", without)
   for _, thread in ipairs(threads) do
     for status, count in pairs(thread:get("statuses")) do
       out("status_" .. status, count)

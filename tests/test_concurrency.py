@@ -8,7 +8,7 @@ import httpx
 import psycopg2
 import pytest
 from support.helpers import bearer, bearer_for, create_product
-from support.live import live_server
+from support.live import ALL_AT_ONCE, live_server
 
 from models import Product
 from models.db import database
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_fifty_concurrent_orders_for_ten_in_stock_sell_exactly_ten(app, database_url):
     with (
-        live_server(database_url) as base,
+        live_server(database_url, **ALL_AT_ONCE) as base,
         httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
     ):
         user = http.post(
@@ -51,7 +51,7 @@ def test_every_thread_that_holds_a_connection_has_one_of_its_own(app, database_u
         pytest.skip("SQLite has no pool")
     settings = {"DATABASE_POOL_SIZE": "1", "DATABASE_POOL_WAIT_SECONDS": "0.001"}
     with (
-        live_server(database_url, **settings) as base,
+        live_server(database_url, **settings, **ALL_AT_ONCE) as base,
         httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
     ):
         owner = http.post(

@@ -16,7 +16,7 @@ from support.helpers import (
     scalar,
     wait_for,
 )
-from support.live import live_server
+from support.live import ALL_AT_ONCE, live_server
 from support.push_services import BrowserSubscription, b64url
 
 from models import Device
@@ -276,7 +276,7 @@ def test_concurrent_registrations_of_one_token_answer_as_registrations_in_turn(a
     with the same device; of two users', each 201 (moved) or 200, and one device remains."""
     body = {"platform": "fcm", "token": FCM_TOKEN}
     with (
-        live_server(database_url) as base,
+        live_server(database_url, **ALL_AT_ONCE) as base,
         httpx.Client(base_url=base, timeout=60, headers=bearer()) as admin,
     ):
         users = [create_user(admin), create_user(admin)]

@@ -16,7 +16,7 @@ from support.helpers import (
     create_user,
     place_order,
 )
-from support.live import live_server
+from support.live import ALL_AT_ONCE, live_server
 
 from shopapi.web.etags import tag_of
 
@@ -308,7 +308,7 @@ def test_concurrent_changes_based_on_one_etag_apply_exactly_once(app, database_u
     password makes each change slow (the hash takes ~50 ms between the check and the write), so
     a check that did not hold until the write would let several through."""
     with (
-        live_server(database_url) as base,
+        live_server(database_url, **ALL_AT_ONCE) as base,
         httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
     ):
         user = http.post(

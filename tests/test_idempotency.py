@@ -28,7 +28,7 @@ from support.helpers import (
     scalar,
     wait_for,
 )
-from support.live import live_server, signalled_server
+from support.live import ALL_AT_ONCE, live_server, signalled_server
 
 from models import Event, IdempotencyKey, Product
 from models.db import database, is_postgresql
@@ -347,7 +347,7 @@ def test_a_database_outage_keeps_no_key(app, database_url, tmp_path):
 @pytest.mark.slow
 def test_twenty_concurrent_retries_of_one_order_place_it_once(app, database_url):
     with (
-        live_server(database_url) as base,
+        live_server(database_url, **ALL_AT_ONCE) as base,
         httpx.Client(base_url=base, timeout=30, headers=bearer()) as http,
     ):
         user = create_user(http)

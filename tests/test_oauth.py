@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from support.helpers import bearer, create_user
-from support.live import live_server
+from support.live import ALL_AT_ONCE, live_server
 
 import models.passwords
 from models import RefreshToken
@@ -379,7 +379,10 @@ def test_refreshes_racing_on_a_real_server_all_get_the_same_pair(app, database_u
     thread pool: one wins the token's compare-and-set, the others find it used within the
     grace; all answer the one successor pair, and the login goes on."""
     racers = 8
-    with live_server(database_url) as base, httpx.Client(base_url=base, timeout=60) as http:
+    with (
+        live_server(database_url, **ALL_AT_ONCE) as base,
+        httpx.Client(base_url=base, timeout=60) as http,
+    ):
         user = http.post(
             "/v1/users",
             json={"email": "racer@example.com", "name": "R", "password": "racer-password"},

@@ -55,6 +55,9 @@ class Operation:
     list_of: str | None = None
     # `x-probe`: a balancer polls it (logged and counted apart: pipeline/observability.py).
     probe: bool = False
+    # Whether a busy server may refuse it with a 503 (pipeline/admission.py): it declares one,
+    # and no balancer polls it.
+    sheddable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +166,7 @@ def operations_of(spec: dict) -> Iterator[Operation]:
             ),
             list_of=operation.get("x-list-of"),
             probe=bool(operation.get("x-probe")),
+            sheddable="503" in operation["responses"] and not operation.get("x-probe"),
         )
 
 

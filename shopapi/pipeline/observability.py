@@ -9,6 +9,7 @@ from asgi_correlation_id import correlation_id
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.internals import connexion as connexion_internals
+from shopapi.pipeline.admission import SHED
 from shopapi.pipeline.cors import is_preflight
 from shopapi.pipeline.request_facts import client_address, operation_of
 from shopapi.telemetry import metrics
@@ -73,6 +74,11 @@ class ObservabilityMiddleware:
             return
         labels = (operation, method, status)
         metrics.REQUESTS_SERIES[labels].inc()
+        if scope["state"].get(SHED):
+            # Counted, not logged one by one: an overload would flood the log (admission.py
+            # says how many, at a bounded rate).
+            metrics.DURATION_SERIES[labels].observe(seconds)
+            return
         fields = _log_fields(scope, path, operation, routed and routed.route, status, seconds)
         _log_request(fields)
         if operation in self.long_lived:

@@ -79,6 +79,12 @@ RATE_LIMITED = Counter(
     "event streams open for one client (event_streams).",
     ["operation", "limit"],
 )
+REQUESTS_SHED = Counter(
+    "http_requests_shed_total",
+    "Requests refused with 503 at once because the server process was busy with as many as it "
+    "answers promptly (ADMISSION_CONCURRENCY executing, the line waiting for a place full).",
+    ["operation"],
+)
 RATE_LIMIT_STORAGE_ERRORS = Counter(
     "rate_limit_storage_errors_total",
     "Requests served without a rate limit because the limit store failed (fail open).",

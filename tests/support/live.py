@@ -15,6 +15,10 @@ from support.helpers import JWT_SECRET, RATE_LIMIT_SCALE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STARTUP_DEADLINE_SECONDS = 120
+# A race needs its requests executing at once, as many as the server has threads: a server given
+# these runs them all (no admission limit: shopapi/pipeline/admission.py), where one with the
+# defaults would run a few and refuse the rest with 503.
+ALL_AT_ONCE = {"ADMISSION_CONCURRENCY": "0"}
 # The options `make serve` gives uvicorn (tests/test_http_limits.py holds the Makefile to them):
 # its log lines are JSON, the app reads X-Forwarded-For itself (FORWARDED_ALLOW_IPS), and the
 # protocol limits a request's head.

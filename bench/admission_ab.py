@@ -1,0 +1,124 @@
+"""How a worker should run requests when more come than it can serve (issue 41's levers): the
+production server under `mix_v3`, with admission control off and with several limits, each
+measured as `make bench` measures goals T1 and T2: its saturated rate (2xx a second, closed
+loop), then a constant rate at 0.2, 0.7 and 2.0 of it, every answer timed from when it was due.
+Each variant runs in turn, twice (interleaved rounds), on the bench's seeded primary and standby.
+Writes bench/results/admission-ab.{json,md}.
+
+    python bench/admission_ab.py [--rounds N]
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import load  # noqa: E402
+
+# name: the settings it changes (docs/configuration.md).
+VARIANTS = {
+    "off": {"ADMISSION_CONCURRENCY": "0"},
+    "2+4": {"ADMISSION_CONCURRENCY": "2", "ADMISSION_QUEUE": "4"},
+    "4+8 (default)": {},
+    "8+16": {"ADMISSION_CONCURRENCY": "8", "ADMISSION_QUEUE": "16"},
+}
+FRACTIONS = (0.2, 0.7, 2.0)
+SATURATION_SECONDS = 8
+
+
+def measure(server: load.Server, data: pathlib.Path) -> dict:
+    load.wrk([server], data, "mix_v3", load.WARM_UP_SECONDS)
+    saturated = load.wrk([server], data, "mix_v3", SATURATION_SECONDS)
+    rate = saturated["goodput"]
+    steps = {}
+    for fraction in FRACTIONS:
+        seconds = load.OVERLOAD_SECONDS if fraction > 1 else load.STEP_SECONDS
+        run = load.wrk(
+            [server], data, "mix_v3", seconds, rate=round(rate * fraction),
+            connections=load.OPEN_CONNECTIONS,
+        )  # fmt: skip
+        steps[fraction] = load._step(fraction, rate, run)
+        load.say(load._step_line(steps[fraction]))
+    low, high, over = steps[0.2], steps[0.7], steps[2.0]
+    base = low["latency_ms"]["p50"]
+    return {
+        "saturated": rate,
+        "saturated_statuses": saturated["statuses"],
+        "app_cpu_ms": saturated["app_cpu_ms"],
+        "t1": high["latency_ms"]["p99"] / base,
+        "t2_goodput": over["goodput"] / rate,
+        "t2_errors": over["errors"],
+        "t2_p99_ok": over["latency_ok_ms"].get("p99", float("nan")) / base,
+        "p50_low_ms": base,
+        "p99_high_ms": high["latency_ms"]["p99"],
+        "p99_over_ok_ms": over["latency_ok_ms"].get("p99", float("nan")),
+        "p99_over_shed_ms": over["latency_shed_ms"].get("p99", float("nan")),
+        "steps": {str(fraction): step for fraction, step in steps.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=2)
+    rounds = parser.parse_args().rounds
+    secrets_env, tokens = load.server_secrets()
+    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    with (
+        load.seeded_clusters() as replication,
+        tempfile.TemporaryDirectory(prefix="shopapi-admission-") as scratch,
+    ):
+        scratch = pathlib.Path(scratch)
+        data = scratch / "clients.lua"
+        load.write_clients(data, tokens)
+        primary, replica = replication.primary.url, replication.standby.url
+        for round_number in range(rounds):
+            for name, settings in VARIANTS.items():
+                load.say(f"round {round_number + 1}: {name}")
+                server = load.shopapi_server(
+                    "shopapi", load.SHOPAPI_PORT, 2, secrets_env, scratch, primary, replica,
+                    settings=settings,
+                )  # fmt: skip
+                try:
+                    runs[name].append(measure(server, data))
+                finally:
+                    server.stop()
+    keys = ("saturated", "app_cpu_ms", "t1", "t2_goodput", "t2_errors", "t2_p99_ok")
+    keys += ("p50_low_ms", "p99_high_ms", "p99_over_ok_ms", "p99_over_shed_ms")
+    summary = {
+        name: {key: statistics.median(run[key] for run in variant) for key in keys}
+        for name, variant in runs.items()
+    }
+    (load.RESULTS / "admission-ab.json").write_text(
+        json.dumps({"summary": summary, "runs": runs}, indent=2) + "\n"
+    )
+    lines = [
+        "# Admission control A/B (bench/admission_ab.py): mix_v3 on the production server, "
+        f"medians of {rounds} interleaved rounds",
+        "",
+        "Goals: T1 at most 3x; T2 2xx at least 0.9x the saturated rate, 0 errors, p99 of the 2xx "
+        "at most 5x the p50 at 0.2.",
+        "",
+        "| variant (executing + line, per worker) | saturated 2xx/s | app CPU-ms/req | p50 at 0.2 "
+        "ms | p99 at 0.7 ms | T1 | 2xx at 2.0 / saturated | errors at 2.0 | p99 2xx at 2.0 ms "
+        "| T2 p99 | p99 503 at 2.0 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        lines.append(
+            f"| {name} | {s['saturated']:,.0f} | {s['app_cpu_ms']:.2f} | {s['p50_low_ms']:.1f} "
+            f"| {s['p99_high_ms']:.1f} | {s['t1']:.2f}x | {s['t2_goodput']:.2f}x "
+            f"| {s['t2_errors']:.0f} | {s['p99_over_ok_ms']:.1f} | {s['t2_p99_ok']:.2f}x "
+            f"| {s['p99_over_shed_ms']:.1f} |"
+        )
+    report = "\n".join(lines) + "\n"
+    (load.RESULTS / "admission-ab.md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""A busy server refuses at once what it cannot answer promptly: with ADMISSION_CONCURRENCY
+requests executing and ADMISSION_QUEUE waiting, one more is a 503 problem with Retry-After,
+which costs its caller no rate limit and is counted; the health probes and /metrics always
+answer; a waiter is served in its turn, or refused when it has waited ADMISSION_MAX_WAIT_MS."""
+
+import asyncio
+import concurrent.futures
+import contextlib
+import sqlite3
+import time
+
+import httpx
+import pytest
+from support.helpers import assert_problem, bearer, locked, wait_for
+from support.live import live_server
+from support.metrics_text import sample_sum
+
+from shopapi.pipeline.admission import Admission
+
+pytestmark = pytest.mark.slow
+
+# One request executes at a time; the database's own bounds lifted, so that a request held by a
+# lock of the test's waits until the test lets it go.
+ONE_AT_A_TIME = {
+    "ADMISSION_CONCURRENCY": "1",
+    "DATABASE_LOCK_TIMEOUT_SECONDS": "0",
+    "DATABASE_STATEMENT_TIMEOUT_SECONDS": "0",
+}
+PRODUCT = {"sku": "HELD-1", "name": "Held", "price_cents": 100, "stock": 1}
+
+
+@contextlib.contextmanager
+def writes_held(database_url: str):
+    """Every write to the product table waits until the block ends (SQLite: any write, for at
+    most its busy timeout, 10 s); reads go on."""
+    if database_url.startswith("postgresql"):
+        with locked(database_url, "LOCK TABLE product IN EXCLUSIVE MODE"):
+            yield
+        return
+    connection = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        connection.rollback()
+        connection.close()
+
+
+def in_flight(http: httpx.Client) -> float:
+    """Requests the server is handling, this scrape included."""
+    return sample_sum(http.get("/metrics").text, "http_requests_in_flight")
+
+
+@contextlib.contextmanager
+def one_request_executing(http: httpx.Client, database_url: str):
+    """A product's creation executing (waiting on the database) until the block ends; then its
+    answer must be a 201."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with writes_held(database_url):
+            held = pool.submit(http.post, "/v1/products", json=PRODUCT)
+            wait_for(lambda: in_flight(http) >= 2, "the creation to be executing")
+            yield
+        assert held.result().status_code == 201, held.result().text
+
+
+def test_one_more_than_it_runs_and_queues_is_refused_at_once(app, database_url):
+    with (
+        live_server(database_url, ADMISSION_QUEUE="0", **ONE_AT_A_TIME) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+    ):
+        remaining = int(http.get("/v1/products").headers["ratelimit-remaining"])
+        with one_request_executing(http, database_url):
+            started = time.monotonic()
+            refused = http.get("/v1/products")
+            waited = time.monotonic() - started
+            problem = assert_problem(refused, 503)
+            assert "busy" in problem["detail"]
+            assert refused.headers["retry-after"] == "1"
+            assert refused.headers["api-version"]
+            assert waited < 30, waited  # at once: not after the held request
+            # A body is refused too; the connection still serves the next request.
+            body = http.post("/v1/products", json={**PRODUCT, "sku": "HELD-2"})
+            assert_problem(body, 503)
+            # What a balancer and Prometheus poll always answers.
+            assert http.get("/healthz").status_code == 200
+            assert http.get("/readyz").status_code == 200
+            metrics = http.get("/metrics")
+            assert metrics.status_code == 200
+        shed = sample_sum(metrics.text, "http_requests_shed_total", operation="list_products")
+        assert shed == 1
+        assert sample_sum(metrics.text, "http_requests_shed_total", operation="create_product") == 1
+        # The refused list cost its caller nothing of its rate limit.
+        again = http.get("/v1/products")
+        assert again.status_code == 200
+        assert int(again.headers["ratelimit-remaining"]) == remaining - 1
+        assert [p["sku"] for p in again.json()["data"]] == ["HELD-1"]
+
+
+def test_a_waiter_is_served_in_its_turn_and_one_more_is_refused(app, database_url):
+    with (
+        live_server(
+            database_url, ADMISSION_QUEUE="1", ADMISSION_MAX_WAIT_MS="600000", **ONE_AT_A_TIME
+        ) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        with one_request_executing(http, database_url):
+            waiting = pool.submit(http.get, "/v1/products")
+            wait_for(lambda: in_flight(http) >= 3, "a list to wait in line")
+            assert_problem(http.get("/v1/products"), 503)
+            assert not waiting.done()
+        assert waiting.result().status_code == 200
+
+
+def test_a_waiter_is_refused_when_it_has_waited_too_long(app, database_url):
+    with (
+        live_server(
+            database_url, ADMISSION_QUEUE="1", ADMISSION_MAX_WAIT_MS="300", **ONE_AT_A_TIME
+        ) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        one_request_executing(http, database_url),
+    ):
+        started = time.monotonic()
+        refused = http.get("/v1/products")
+        assert time.monotonic() - started >= 0.3
+        assert_problem(refused, 503)
+        assert refused.headers["retry-after"] == "1"
+
+
+def test_places_go_first_come_first_served():
+    """The gate's line alone, on one event loop: the waiters enter in the order they came."""
+
+    async def scenario() -> list[int]:
+        admission = Admission(limit=1, queue=3, max_wait=600)
+        entered: list[int] = []
+        assert await admission.enter()
+
+        async def request(number: int) -> None:
+            assert await admission.enter()
+            entered.append(number)
+            await asyncio.sleep(0)
+            admission.leave()
+
+        waiters = []
+        for number in range(3):
+            waiters.append(asyncio.create_task(request(number)))
+            await asyncio.sleep(0)  # it is in line before the next comes
+        assert not await admission.enter()  # the line is full: refused at once
+        admission.leave()
+        await asyncio.gather(*waiters)
+        assert admission.executing == 0
+        return entered
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
+
+
+def test_a_waiter_given_up_on_as_a_place_frees_leaves_the_line_whole():
+    """A waiter cancelled (its deadline, or the server stopping) just before a place frees: the
+    place goes to no one who is gone, and the waiter's own end does not fail."""
+
+    async def scenario() -> tuple[int, int]:
+        admission = Admission(limit=1, queue=1, max_wait=600)
+        assert await admission.enter()
+        waiter = asyncio.create_task(admission.enter())
+        await asyncio.sleep(0)  # in line
+        waiter.cancel()  # its turn is cancelled now; the task learns it later
+        admission.leave()  # drops the cancelled turn, frees the place
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        return admission.executing, len(admission.waiting)
+
+    assert asyncio.run(scenario()) == (0, 0)
