@@ -51,9 +51,9 @@ class Balanced:
         self.hosts = hosts
         self.host = str(hosts.balancer_address)
 
-    def cpu_seconds(self) -> float:
+    def cpu_seconds(self, kernel: bool = False) -> float:
         pids = [self.hosts.processes[name].pid for name in [*self.hosts.names, "balancer"]]
-        return sum(cpu.tree_seconds(pid) for pid in pids)
+        return sum(cpu.tree_seconds(pid, kernel) for pid in pids)
 
     def in_rotation(self, count: int) -> None:
         """Only the first `count` hosts receive requests; the others are in maintenance."""
