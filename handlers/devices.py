@@ -65,9 +65,11 @@ def _subscription(subscription: dict) -> tuple[str, str, dict]:
 
 
 def list_devices(user_id, **params):
-    devices = Device.select().where(Device.user == _user(user_id))
-    # The user read first is read by the list too: its tag moves when the user goes.
-    return list_response(Device, devices, params, represent, reads=(User,))
+    owner = _user(user_id)
+    devices = Device.select().where(Device.user == owner)
+    # The user read first is read by the list too: its tag moves when the user goes, and with
+    # that user's devices alone, whoever reads them.
+    return list_response(Device, devices, params, represent, reads=(User,), owners=(owner,))
 
 
 def register_device(user_id, body):

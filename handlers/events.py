@@ -9,6 +9,7 @@ anyone else could otherwise learn it by asking which events match.
 from connexion.exceptions import Forbidden
 
 from models import Event
+from models.table_versions import NO_ONE
 from shopapi.auth.security import current_principal
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.web.listing import list_response
@@ -20,6 +21,16 @@ _ACTOR_FIELDS = ("actor_subject", "actor_user_id")
 def _visible():
     principal = current_principal()
     return Event.seen_by(principal, readable_resource_types(principal.scopes))
+
+
+def _owners() -> tuple[int, ...] | None:
+    """Whose events the caller's feed shows, for its tag: what its user reaches, and the
+    catalogue's (no one's) if it reads products; everyone's (None) for an admin."""
+    principal = current_principal()
+    owners = principal.owners_reached()
+    if owners is None or "product" not in readable_resource_types(principal.scopes):
+        return owners
+    return (*owners, NO_ONE)
 
 
 def _represent():
@@ -44,7 +55,7 @@ def list_events(**params):
     parameter = _actor_parameter(params)
     if parameter is not None and not current_principal().is_admin:
         raise Forbidden(f"Only an admin may filter or sort events by who acted ({parameter}).")
-    return list_response(Event, _visible(), params, _represent())
+    return list_response(Event, _visible(), params, _represent(), owners=_owners())
 
 
 def get_event(id):

@@ -128,13 +128,8 @@ def list_orders(expand=(), **params):
         load=lambda page: _expanded(Order.with_items(page), expand),
         reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
         kept=["user"] if "user" in expand else [],
-        owner=None if principal.is_admin else _owner(principal),
+        owners=principal.owners_reached(),
     )
-
-
-def _owner(principal: Principal) -> int:
-    # Credentials acting for no user reach no one's orders: a user id no user has.
-    return principal.user_id if principal.user_id is not None else 0
 
 
 def list_user_orders(id, **params):
@@ -156,7 +151,7 @@ def list_user_orders(id, **params):
         represent,
         load=Order.with_items,
         reads=(OrderItem, User),
-        owner=user_id,
+        owners=(user_id,),
     )
 
 

@@ -54,8 +54,7 @@ def list_users(**params):
     principal = current_principal()
     users = principal.only_reachable(User.select(), User.id)
     # Without admin, only themself: their list's tag moves with their own record alone.
-    owner = None if principal.is_admin else (principal.user_id or 0)
-    return list_response(User, users, params, represent, owner=owner)
+    return list_response(User, users, params, represent, owners=principal.owners_reached())
 
 
 def create_user(body):

@@ -84,7 +84,9 @@ def with_attempts(attempt_model):
 
 
 def list_webhooks(**params):
-    return list_response(Webhook, _reachable(), params, represent)
+    # Without admin, the caller's own: their list's tag moves with their own webhooks alone.
+    owners = current_principal().owners_reached()
+    return list_response(Webhook, _reachable(), params, represent, owners=owners)
 
 
 def create_webhook(body):

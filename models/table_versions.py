@@ -1,7 +1,7 @@
 """Each listed table's change counter (models/migrations/m0012_table_versions.py): the triggers
 move it in the transaction of every write to the table, so while it stands still, so does
-whatever was read from the table. Some tables are also counted per owner (m0015): `order@7` is
-user 7's orders alone. Read where the list reads (models/routing.py)."""
+whatever was read from the table. Some tables are also counted per owner (m0015, m0016):
+`order@7` is user 7's orders alone. Read where the list reads (models/routing.py)."""
 
 import re
 
@@ -28,8 +28,12 @@ VERSIONED = frozenset(
         "push_attempt",
     }
 )
-# The tables also counted per owner (m0015), whose rows each belong to one user.
-OWNED = frozenset({"order", "order_item", "user"})
+# The tables also counted per owner (m0015, m0016), whose rows each belong to one user.
+OWNED = frozenset({"order", "order_item", "user", "device", "webhook", "event"})
+# The owner whose counter counts the rows of no one that every viewer sees (the catalogue's
+# events, m0016): an id no user has, and not 0, which credentials acting for no user are
+# given as theirs (they own nothing).
+NO_ONE = -1
 # Peewee quotes every table it names; a subquery's FROM is a parenthesis, not a name.
 _TABLE = re.compile(r'\b(?:FROM|JOIN)\s+"(\w+)"')
 
@@ -43,10 +47,15 @@ def versioned(tables) -> bool:
     return bool(tables) and VERSIONED.issuperset(table.partition("@")[0] for table in tables)
 
 
-def owned_by(tables: frozenset[str], owner: int) -> frozenset[str]:
-    """`tables` as a list of `owner`'s rows alone reads them: each table counted per owner as
-    that owner's (`order@7`), so that others' writes do not move its versions."""
-    return frozenset(f"{table}@{owner}" if table in OWNED else table for table in tables)
+def owned_by(tables: frozenset[str], owners: tuple[int, ...]) -> frozenset[str]:
+    """`tables` as a list of the rows of `owners` alone reads them: each table counted per owner
+    as those owners' (`order@7`, `event@7` and `event@-1`), so that others' writes do not move
+    its versions."""
+    return frozenset(
+        counted
+        for table in tables
+        for counted in ([f"{table}@{owner}" for owner in owners] if table in OWNED else [table])
+    )
 
 
 def _versions_sql(tables: frozenset[str]) -> peewee.SQL:

@@ -39,6 +39,14 @@ class Viewer:
             return query
         return query.where(owner_field.is_null() | self._own(owner_field))
 
+    def owners_reached(self) -> tuple[int, ...] | None:
+        """The owners of the rows `only_reachable` leaves, for a list counted per owner
+        (models/table_versions.py): everyone's (None) for an admin; else the user this viewer
+        acts as, or 0, a user id no user has, for credentials acting for no user."""
+        if self.is_admin:
+            return None
+        return (0 if self.user_id is None else self.user_id,)
+
     def _own(self, owner_field) -> peewee.Expression:
         return _NOTHING if self.user_id is None else owner_field == self.user_id
 

@@ -34,6 +34,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
         "m0013_price_amount_index",
         "m0014_ids_never_reissued",
         "m0015_order_holds",
+        "m0016_events_devices_webhooks_by_owner",
     ]
     assert migrate(db) == []
     with db.connection_context():
@@ -74,6 +75,7 @@ def test_migrations_apply_once_and_are_recorded(tmp_path):
             ("m0013_price_amount_index",),
             ("m0014_ids_never_reissued",),
             ("m0015_order_holds",),
+            ("m0016_events_devices_webhooks_by_owner",),
         ]
 
 

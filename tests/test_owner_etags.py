@@ -1,8 +1,11 @@
-"""A customer's list ETag moves only with what the customer sees: other customers' orders and
-accounts leave it (and its 304s) as it was, so polling tells nothing of them; the customer's own
-order moves it. Answered before the rows are read, as every list tag is."""
+"""A customer's list ETag moves only with what the customer sees: other customers' orders,
+accounts, events, devices and webhooks leave it (and its 304s, where the list takes
+`If-None-Match`) as it was, so polling tells nothing of them; the customer's own rows move it.
+Answered before the rows are read, as every list tag is."""
 
-from support.helpers import bearer_for, create_product, create_user, place_order
+from support.helpers import bearer, bearer_for, create_product, create_user, place_order
+
+from shopapi.events.worker import fan_out
 
 
 def _revalidated(app, user: dict, path: str, tag: str):
@@ -48,3 +51,119 @@ def test_an_admins_list_still_moves_with_everyones_orders(app, client):
     tag = client.get("/v1/orders").headers["etag"]
     place_order(client, alice, (product, 1))
     assert client.get("/v1/orders", headers={"If-None-Match": tag}).status_code == 200
+
+
+def _tag(caller, path: str) -> str:
+    # The event feed, devices and webhooks declare no If-None-Match: their tags are compared.
+    response = caller.get(path)
+    assert response.status_code == 200, response.text
+    return response.headers["etag"]
+
+
+def test_others_events_leave_a_customers_event_feed_tag_and_its_own_and_the_catalogues_move_it(
+    app, client
+):
+    alice, bob = create_user(client), create_user(client)
+    product = create_product(client, stock=100)
+    place_order(client, alice, (product, 1))
+    as_alice = app.test_client()
+    as_alice.headers.update(bearer_for(alice))
+    for path in ("/v1/events", "/v2/events?resource_type=order", "/v3/events?sort=-id"):
+        tag = _tag(as_alice, path)
+        bobs = place_order(client, bob, (product, 1)).json()
+        client.patch(f"/v1/orders/{bobs['id']}", json={"status": "cancelled"})
+        create_user(client)
+        assert _tag(as_alice, path) == tag, path
+
+        assert place_order(client, alice, (product, 1)).status_code == 201
+        assert _tag(as_alice, path) != tag, path
+
+    tag = _tag(as_alice, "/v1/events")
+    create_product(client)  # the catalogue's events are every product reader's
+    assert _tag(as_alice, "/v1/events") != tag
+
+
+def test_the_worker_fanning_out_events_moves_no_customers_feed(app, client):
+    alice = create_user(client)
+    product = create_product(client, stock=100)
+    place_order(client, alice, (product, 1))
+    as_alice = app.test_client()
+    as_alice.headers.update(bearer_for(alice))
+    tags = _tag(as_alice, "/v1/events"), _tag(client, "/v1/events")
+    assert fan_out() > 0  # marks the events dispatched, which no feed shows
+    assert _tag(as_alice, "/v1/events") == tags[0]
+    assert _tag(client, "/v1/events") != tags[1]  # an admin's follows the whole table, as before
+
+
+def test_a_feed_without_the_catalogue_is_unmoved_by_it(app, client):
+    alice = create_user(client)
+    product = create_product(client, stock=100)
+    orders_only = app.test_client()
+    orders_only.headers.update(bearer(str(alice["id"]), ["orders:read"]))
+    tag = _tag(orders_only, "/v1/events")
+    create_product(client)
+    client.patch(f"/v1/products/{product['id']}", json={"name": "Renamed"})
+    assert _tag(orders_only, "/v1/events") == tag
+    place_order(client, alice, (product, 1))
+    assert _tag(orders_only, "/v1/events") != tag
+
+
+def test_a_feed_of_credentials_acting_for_no_user_moves_with_the_catalogue_alone(app, client):
+    alice = create_user(client)
+    product = create_product(client, stock=100)
+    no_user = app.test_client()
+    no_user.headers.update(bearer("client:reader", ["products:read", "orders:read"]))
+    tag = _tag(no_user, "/v1/events")
+    place_order(client, alice, (product, 1))
+    create_user(client)
+    assert _tag(no_user, "/v1/events") == tag
+    create_product(client)
+    assert _tag(no_user, "/v1/events") != tag
+
+
+def test_an_admins_feed_still_moves_with_everyones_events(client):
+    alice = create_user(client)
+    product = create_product(client, stock=10)
+    tag = _tag(client, "/v1/events")
+    place_order(client, alice, (product, 1))
+    assert _tag(client, "/v1/events") != tag
+
+
+def test_others_devices_leave_a_users_device_list_tag_and_its_own_move_it(app, client):
+    alice, bob = create_user(client), create_user(client)
+    path, bobs = f"/v1/users/{alice['id']}/devices", f"/v1/users/{bob['id']}/devices"
+    as_alice, as_bob = app.test_client(), app.test_client()
+    as_alice.headers.update(bearer_for(alice))
+    as_bob.headers.update(bearer_for(bob))
+    assert as_alice.post(path, json={"platform": "fcm", "token": "alice-1"}).status_code == 201
+    for n, caller in enumerate((as_alice, client)):  # the user, and an admin reading them
+        tag = _tag(caller, path)
+        device = as_bob.post(bobs, json={"platform": "fcm", "token": f"bob-{n}"}).json()
+        as_bob.delete(f"{bobs}/{device['id']}")
+        as_bob.post(bobs, json={"platform": "apns", "token": f"{n:02d}" * 32})
+        assert _tag(caller, path) == tag
+        # A token that moves from Bob to Alice is a change of her list.
+        moved = as_alice.post(path, json={"platform": "apns", "token": f"{n:02d}" * 32}).json()
+        assert _tag(caller, path) != tag
+        as_alice.delete(f"{path}/{moved['id']}")
+
+
+def test_others_webhooks_leave_a_partners_webhook_list_tag_and_its_own_move_it(app, client):
+    partner, other = create_user(client, role="partner"), create_user(client, role="partner")
+    as_partner, as_other = app.test_client(), app.test_client()
+    as_partner.headers.update(bearer_for(partner))
+    as_other.headers.update(bearer_for(other))
+    no_user = app.test_client()
+    no_user.headers.update(bearer("client:hooks", ["webhooks"]))
+    hook = {"url": "https://hooks.example.com/owned", "events": ["order.created"]}
+    as_partner.post("/v1/webhooks", json=hook)
+    callers = (as_partner, no_user, client)
+    tags = [_tag(caller, "/v1/webhooks") for caller in callers]
+    others = as_other.post("/v1/webhooks", json=hook).json()
+    as_other.patch(f"/v1/webhooks/{others['id']}", json={"description": "theirs"})
+    client.post("/v1/webhooks", json=hook)  # an admin's, which no one owns
+    assert [_tag(caller, "/v1/webhooks") for caller in callers[:2]] == tags[:2]
+    assert _tag(client, "/v1/webhooks") != tags[2]  # an admin sees them all
+
+    as_partner.post("/v1/webhooks", json=hook)
+    assert _tag(as_partner, "/v1/webhooks") != tags[0]

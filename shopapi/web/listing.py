@@ -232,7 +232,7 @@ def _release() -> str:
 
 
 def _unchanged_since(
-    statement: tuple, own_fetch: bool, reads, asked_count, owner: int | None
+    statement: tuple, own_fetch: bool, reads, asked_count, owners: tuple[int, ...] | None
 ) -> tuple[frozenset, str | None, str]:
     """The tables the page reads, their versions (None when a write to one would not move them)
     and the page's weak ETag, which those versions, the page's query (`statement`, its SQL and
@@ -241,8 +241,8 @@ def _unchanged_since(
     tables = table_versions.tables_read_by(sql) | {m._meta.table_name for m in reads}
     if (own_fetch and not reads) or not table_versions.versioned(tables):
         return tables, None, None  # what the page reads is not all known: its body is hashed
-    if owner is not None:
-        tables = table_versions.owned_by(tables, owner)
+    if owners is not None:
+        tables = table_versions.owned_by(tables, owners)
     versions = table_versions.versions_of(tables)
     principal = current_principal()
     visibility = [principal.user_id, sorted(principal.scopes)]
@@ -273,7 +273,7 @@ def list_response(
     load=list,
     reads=(),
     kept=(),
-    owner: int | None = None,
+    owners: tuple[int, ...] | None = None,
 ):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
     `params`, each row shown by `represent`. Related rows: `load` loads them into the page's
@@ -282,8 +282,9 @@ def list_response(
     read, and those the handler read before (the parent whose list it is): every read of the
     request's is in the list's tag, which a revalidation is answered from
     (shopapi/pipeline/revalidation.py). `kept`: top-level fields that `fields` does not select
-    away (what the request expanded). `owner`: the user whose rows alone `query` reads, when
-    it is narrowed to one: the tag then moves with that user's rows, not with everyone's."""
+    away (what the request expanded). `owners`: the users whose rows alone `query` reads, when
+    it is narrowed to them (table_versions.NO_ONE for the rows of no one that it reads too):
+    the tag then moves with those rows, not with everyone's."""
     request = ListRequest(model, params)
     secret = configured().settings.hmac_secret
     asked_count = counts.preferred(flask.request.headers.get("Prefer"))
@@ -295,7 +296,7 @@ def list_response(
     per_page = request.per_page
     statement = ordered.sql()  # rendered once: the ETag's and the count's
     own_fetch = fetch is not list or load is not list
-    tables, versions, tag = _unchanged_since(statement, own_fetch, reads, asked_count, owner)
+    tables, versions, tag = _unchanged_since(statement, own_fetch, reads, asked_count, owners)
     if tag is not None:
         revalidations.note(tables, versions, tag)
         if etags.revalidated(tag):
