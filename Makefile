@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint image image-test bench bench-hosts bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint image image-test bench bench-admission bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas bench-mix-parts soak faults \
 	profile clean \
 	contract-snapshot contract-tools
@@ -147,6 +147,12 @@ bench: install-dev wrk pgbouncer
 	$(BIN)/python bench/load.py
 	if [ -z "$(BENCH_QUICK)" ] || [ "$(BENCH_QUICK)" = 0 ]; then \
 	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; fi
+
+# How a worker should run more requests than it can serve: mix_v3 at 0.2, 0.7 and 2.0 of its
+# saturation with admission control off and at several limits, interleaved rounds
+# (bench/admission_ab.py, about 15 minutes): bench/results/admission-ab.md.
+bench-admission: install-dev wrk pgbouncer
+	$(BIN)/python bench/admission_ab.py
 
 # What PgBouncer costs a request: the mix direct against through PgBouncer, interleaved rounds in
 # one run (bench/pgbouncer_ab.py): bench/results/pgbouncer-ab.md.

@@ -26,6 +26,8 @@ VARIANTS = {
     "2+4": {"ADMISSION_CONCURRENCY": "2", "ADMISSION_QUEUE": "4"},
     "4+8 (default)": {},
     "8+16": {"ADMISSION_CONCURRENCY": "8", "ADMISSION_QUEUE": "16"},
+    # Flask's threads (and the pool) cut to what the gate lets execute.
+    "4+8, 4 threads": {"DATABASE_POOL_SIZE": "4"},
 }
 FRACTIONS = (0.2, 0.7, 2.0)
 SATURATION_SECONDS = 8
