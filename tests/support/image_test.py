@@ -265,6 +265,8 @@ def main() -> int:
             "SECRETS_DIR": str(work / "secrets"),
             "SHOPAPI_IMAGE": IMAGE,
             "PATRONI_IMAGE": patroni_image,
+            # Its build keeps no intermediate images.
+            "BUILDAH_LAYERS": "false",
             "ADMIN_EMAIL": ADMIN_EMAIL,
             # Two descriptors a connection, within an open-file limit of 1024.
             "HAPROXY_MAXCONN": "400",
