@@ -98,9 +98,9 @@ image: install-dev
 	ops/containers/build.sh
 
 # compose.yaml's whole layout from that image and Debian-made service images, on ports and a
-# project name of this run's own (tests/support/image_test.py; a few minutes, as root): the
-# README's first requests through HAProxy, a replica stopped while the other serves; then
-# nothing left behind.
+# project name of this run's own (tests/support/image_test.py; a few minutes, as root): a plain
+# `podman-compose up -d`, the README's first requests through HAProxy, a database switchover, a
+# replica stopped while the other serves; then nothing left behind.
 image-test: image
 	services=$$(ops/containers/debian-images.sh | sed -n 's/^services=//p') && \
 	  SERVICES_IMAGE=$$services $(BIN)/python tests/support/image_test.py

@@ -170,6 +170,38 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(
         admin.close_all()
 
 
+@pytest.mark.slow
+def test_check_names_the_pending_migrations_and_migrates_nothing(
+    database_url, direct_database_url, tmp_path
+):
+    if database_url.startswith("postgresql"):
+        server, _, name = direct_database_url.rpartition("/")
+        fresh = f"{server}/{name}_check_{uuid.uuid4().hex[:8]}"
+        create_database_if_missing(fresh)
+    else:
+        fresh = f"sqlite:///{tmp_path}/fresh.db"
+    env = {**os.environ, "DATABASE_URL": fresh}
+    try:
+        check = run_module("models.migrations", env, args=("--check",))
+        assert check.returncode == 1, check.stderr
+        assert check.stderr.startswith("migrations pending: m0001_initial, m0002_"), check.stderr
+        db = open_database(fresh)
+        with db.connection_context():
+            assert db.get_tables() == [], "the check migrated"
+
+        assert _migrate_command(fresh).returncode == 0
+        check = run_module("models.migrations", env, args=("--check",))
+        assert (check.returncode, check.stderr) == (0, ""), check.stderr
+        assert "none pending" in check.stdout
+    finally:
+        if database_url.startswith("postgresql"):
+            admin = open_database(direct_database_url)
+            with admin.connection_context():
+                drop = fresh.rpartition("/")[2]
+                admin.execute_sql(f'DROP DATABASE IF EXISTS "{drop}" WITH (FORCE)')
+            admin.close_all()
+
+
 @pytest.mark.parametrize(
     ("database_url", "says"),
     [

@@ -265,6 +265,8 @@ class DatabaseTier:
         config["bootstrap"]["dcs"]["postgresql"]["parameters"].update(FAST | WAL_KEPT)
         config["bootstrap"]["pg_hba"] = PG_HBA
         config["bootstrap"]["initdb"] += ["no-sync", {"waldir": str(node.wal_dir)}]
+        # The suite's hosts connect as the superuser, trusted on loopback: no app role to make.
+        del config["bootstrap"]["post_bootstrap"]
         postgresql = config["postgresql"]
         postgresql.update(
             listen=f"127.0.0.1:{node.server.port}",

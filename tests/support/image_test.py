@@ -1,6 +1,8 @@
 """`make image-test`: the image alone serves the demo, then compose.yaml's whole layout runs from
-it: the README's first requests through HAProxy, one app replica stopped (it drains) while the
-other serves, users and health checks inspected; then every container, volume and pod removed.
+it with a plain `podman-compose up -d`: migrated once, the README's first requests through
+HAProxy as the app's own database role, a Patroni switchover whose promotion callback advances
+the sequences, one app replica stopped (it drains) while the other serves, users and health
+checks inspected; then every container, volume, pod and the database nodes' image removed.
 
 Ports, project name and secrets are this run's own, so two checkouts can run it at once.
 """
@@ -19,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-import yaml
+import psycopg2
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -46,7 +48,7 @@ PORTS = [
     "ALERTMANAGER_PORT",
 ]
 SERVICE_IMAGES = [
-    "PATRONI_IMAGE",
+    "PATRONI_BASE",
     "ETCD_IMAGE",
     "HAPROXY_IMAGE",
     "PGBOUNCER_IMAGE",
@@ -151,17 +153,97 @@ def requests_through(url: str, stop: threading.Event, statuses: list) -> None:
         time.sleep(0.05)
 
 
+def scalar(url: str, query: str, *parameters):
+    with psycopg2.connect(url, connect_timeout=5) as connection, connection.cursor() as cursor:
+        cursor.execute(query, parameters)
+        row = cursor.fetchone()
+    connection.close()
+    return row[0] if row else None
+
+
+def the_app_is_not_the_superuser(secret_files: dict, ports: dict, superuser_password: str) -> None:
+    """The app's role owns the schema and is no superuser; PgBouncer lets in no one else."""
+    url = secret_files["database_url"]
+    assert scalar(url, "SELECT current_user") == "shopapi"
+    assert scalar(url, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+    owner = "SELECT tableowner FROM pg_tables WHERE tablename = 'schema_migrations'"
+    assert scalar(url, owner) == "shopapi"
+    superuser = (
+        f"postgresql://postgres:{superuser_password}@127.0.0.1:{ports['PGBOUNCER_PORT']}/shopapi"
+    )
+    try:
+        scalar(superuser, "SELECT 1")
+    except psycopg2.OperationalError:
+        pass
+    else:
+        raise AssertionError("PgBouncer let the superuser in")
+    say("the app is PostgreSQL's role shopapi, no superuser, owning the schema")
+
+
+def a_switchover_advances_the_sequences(project: str, ports: dict, url: str) -> None:
+    """`patronictl switchover` to the synchronous standby; Patroni's on_role_change callback
+    (models.after_promotion) on the new primary records its timeline in sequence_advance."""
+
+    def cluster() -> dict[str, dict]:
+        status, body = http(f"http://127.0.0.1:{ports['DB1_API_PORT']}/cluster")
+        return {m["name"]: m for m in json.loads(body)["members"]} if status == 200 else {}
+
+    leader = next(name for name, member in cluster().items() if member["role"] == "leader")
+    candidate = {"db1": "db2", "db2": "db1"}[leader]
+    run(
+        "podman",
+        "exec",
+        f"{project}_{leader}_1",
+        "patronictl",
+        "-c",
+        "/tmp/patroni",  # noqa: S108 (in the node's container: ops/containers/patroni.sh)
+        "switchover",
+        "--leader",
+        leader,
+        "--candidate",
+        candidate,
+        "--force",
+        timeout=120,
+    )
+    wait_for(
+        f"{candidate} the leader, {leader} its synchronous standby",
+        lambda: (
+            {n: m["role"] for n, m in cluster().items()}
+            == {candidate: "leader", leader: "sync_standby"}
+        ),
+        180,
+    )
+    timeline = cluster()[candidate]["timeline"]
+    advanced = "SELECT margin FROM sequence_advance WHERE timeline_id = %s"
+    wait_for(
+        f"the sequences advanced on timeline {timeline}",
+        lambda: _answers(url, advanced, timeline),
+        60,
+    )
+    say(f"switchover to {candidate}: timeline {timeline}'s sequences advanced by its callback")
+
+
+def _answers(url: str, query: str, *parameters) -> bool:
+    try:
+        return scalar(url, query, *parameters) is not None
+    except psycopg2.Error:
+        return False
+
+
 def main() -> int:
     run_id = f"{os.getpid()}{secrets.token_hex(2)}"
     project = f"shopapi-it-{run_id}"
     work = pathlib.Path(tempfile.mkdtemp(prefix="shopapi-image-test-"))
     ports = {name: str(free_port()) for name in PORTS}
     admin_password = secrets.token_urlsafe(12)
-    database_password = secrets.token_urlsafe(16)
+    app_password = secrets.token_urlsafe(16)
+    superuser_password = secrets.token_urlsafe(16)
+    app = f"shopapi:{app_password}@127.0.0.1"
     secret_files = {
-        "database_url": f"postgresql://postgres:{database_password}@127.0.0.1:{ports['PGBOUNCER_PORT']}/shopapi",
-        "database_admin_url": f"postgresql://postgres:{database_password}@127.0.0.1:{ports['DATABASE_PORT']}/shopapi",
-        "database_password": database_password,
+        "database_url": f"postgresql://{app}:{ports['PGBOUNCER_PORT']}/shopapi",
+        "database_primary_url": f"postgresql://{app}:{ports['DATABASE_PORT']}/shopapi",
+        "database_app_password": app_password,
+        "database_superuser_password": superuser_password,
         "replication_password": secrets.token_urlsafe(16),
         "jwt_secret": secrets.token_urlsafe(32),
         "hmac_secret": secrets.token_urlsafe(32),
@@ -174,12 +256,17 @@ def main() -> int:
         path.write_text(value)
         # The containers' users (not root, not the host's) read them through a bind mount.
         path.chmod(0o644)
+    # The database nodes' image, built by `up` as it is missing (this run's own tag: removed after).
+    patroni_image = f"localhost/shopapi-patroni:it-{run_id}"
     env = (
         os.environ
         | ports
         | {
             "SECRETS_DIR": str(work / "secrets"),
             "SHOPAPI_IMAGE": IMAGE,
+            "PATRONI_IMAGE": patroni_image,
+            # Its build keeps no intermediate images.
+            "BUILDAH_LAYERS": "false",
             "ADMIN_EMAIL": ADMIN_EMAIL,
             # Two descriptors a connection, within an open-file limit of 1024.
             "HAPROXY_MAXCONN": "400",
@@ -203,23 +290,22 @@ def main() -> int:
         the_demo_serves()
 
         say(f"compose project {project}, balancer on 127.0.0.1:{ports['SHOPAPI_PORT']}")
-        # The migrations first, and their exit status checked: podman-compose skips the
-        # conditions of depends_on under podman < 4.6, and podman 4.3 cannot start a container
-        # that --requires an exited one (the migrations'), so the rest starts with --no-deps.
-        run(*compose, "up", "-d", "migrate", env=env, timeout=600)
+        # As a user starts it: the apps and the worker wait for the schema, not for migrate.
+        run(*compose, "up", "-d", env=env, timeout=900)
+        say(f"podman-compose up -d returned after {time.monotonic() - started:.0f} s")
         migrate = f"{project}_migrate_1"
         exit_code = run("podman", "wait", migrate, timeout=600).strip()
         logs = run("podman", "logs", migrate)
         assert exit_code == "0", f"the migrations exited {exit_code}:\n{logs}"
+        assert "migrations applied: m0001_initial" in logs, logs
         say(f"migrated {time.monotonic() - started:.0f} s after the start")
-        services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
-        rest = [service for service in services if service != "migrate"]
-        run(*compose, "up", "-d", "--no-deps", *rest, env=env, timeout=600)
         balancer = f"http://127.0.0.1:{ports['SHOPAPI_PORT']}"
-        for app in ("APP1_PORT", "APP2_PORT"):
+        for app_port in ("APP1_PORT", "APP2_PORT"):
             wait_for(
-                f"{app}'s /readyz",
-                lambda app=app: http(f"http://127.0.0.1:{ports[app]}/readyz")[0] == 200,
+                f"{app_port}'s /readyz",
+                lambda app_port=app_port: (
+                    http(f"http://127.0.0.1:{ports[app_port]}/readyz")[0] == 200
+                ),
                 600,  # a busy machine starts the workers slowly
             )
         wait_for("the balancer's /readyz", lambda: http(f"{balancer}/readyz")[0] == 200, 60)
@@ -242,6 +328,12 @@ def main() -> int:
         answers = first_requests(f"{balancer}/v1", admin_password)
         assert '"status":"paid"' in answers.replace(" ", ""), answers
         say("the README's first requests through HAProxy: every answer 2xx")
+        the_app_is_not_the_superuser(secret_files, ports, superuser_password)
+
+        a_switchover_advances_the_sequences(project, ports, secret_files["database_primary_url"])
+        wait_for("the balancer's /readyz", lambda: http(f"{balancer}/readyz")[0] == 200, 60)
+        first_requests(f"{balancer}/v1", admin_password)
+        say("the first requests pass again on the new primary")
 
         app1, app2 = (f"{project}_{service}_1" for service in ("app1", "app2"))
         for container in (app1, app2, f"{project}_worker_1"):
@@ -290,6 +382,7 @@ def main() -> int:
         run("podman", "rm", "-f", "-v", *left, check=False) if left else None
         for volume in run("podman", "volume", "ls", "-q", "--filter", label).split():
             run("podman", "volume", "rm", "-f", volume, check=False)
+        run("podman", "rmi", "-f", patroni_image, check=False)
         shutil.rmtree(work, ignore_errors=True)
         say(f"{time.monotonic() - started:.0f} s; left behind: {left or 'nothing'}")
         if left and not sys.exc_info()[0]:
