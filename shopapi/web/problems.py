@@ -251,4 +251,15 @@ def handlers(allowed_methods) -> dict[type[Exception], Callable]:
 def register(app, allowed_methods) -> None:
     """Install the problem handlers on a Connexion app whose paths allow these methods."""
     for exception, handler in handlers(allowed_methods).items():
-        app.add_error_handler(exception, handler)
+        app.add_error_handler(exception, _on_the_event_loop(handler))
+
+
+def _on_the_event_loop(handler: Callable) -> Callable:
+    """`handler` as a coroutine function. Connexion runs a plain function in a worker thread
+    (anyio's pool), a hand-off that cost a shed request (pipeline/admission.py) more than all of
+    its layers; a problem is made in microseconds, without I/O, so it is made on the loop."""
+
+    async def render(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+        return handler(request, exc)
+
+    return render
