@@ -15,7 +15,7 @@ PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-faults test-quick lint image image-test bench bench-admission bench-hosts bench-ab bench-ab-instructions bench-depth \
+.PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-deep test-faults test-quick lint image image-test bench bench-admission bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas bench-mix-parts soak faults \
 	profile clean \
 	contract-snapshot contract-tools
@@ -115,9 +115,15 @@ worker: install
 # worksteal keeps them all busy to the end (a contract-fuzzing run takes minutes).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
-# Every test but the fault suite, which `make test-faults` runs (and `.ci/run` after this).
+# Every test but the fault suite, which `make test-faults` runs (and `.ci/run` after this), and
+# the few that take minutes each (marked `deep`), which `make test-deep` runs.
 test: install-dev contract-tools
-	$(PYTEST) --ignore=tests/test_faults.py $(PYTEST_ARGS)
+	$(PYTEST) --ignore=tests/test_faults.py -m "not deep" $(PYTEST_ARGS)
+
+# The tests that take minutes each (marked `deep`: schemathesis on every served contract, from
+# inside and from outside; the package installed at its dependency floors), side by side.
+test-deep: install-dev contract-tools
+	$(PYTEST) --ignore=tests/test_faults.py -m deep $(PYTEST_ARGS)
 
 # The fault suite's invariants (tests/test_faults.py, a few minutes, as root): the production
 # layout under every fault of `make faults`, with fewer clients. Apart from `make test`, which it

@@ -18,7 +18,8 @@ from support.live import ROOT, live_server
 from models import seed
 from models.user import SCOPES
 
-pytestmark = pytest.mark.slow
+# Each run takes minutes: `make test-deep` runs them, side by side (docs/testing.md).
+pytestmark = [pytest.mark.slow, pytest.mark.deep]
 
 SCHEMATHESIS = pathlib.Path(sys.executable).parent / "schemathesis"
 

@@ -113,6 +113,7 @@ def _check_serves(base: str, sku: str) -> None:
     assert sku in {p["sku"] for p in listed.json()["data"]}
 
 
+@pytest.mark.deep  # an install of every dependency's oldest accepted release: minutes
 def test_installed_package_serves_at_dependency_floors(tmp_path):
     bin_dir = _install(tmp_path)
     # Outside the repository, so that nothing is imported from the work tree (uvicorn puts its
