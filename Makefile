@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 .PHONY: install install-dev reset run serve serve-prod worker migrate seed seed-demo test test-deep test-faults test-quick lint image image-test bench bench-admission bench-hosts bench-ab bench-ab-instructions bench-depth \
 	bench-replicas bench-mix-parts soak faults \
 	profile clean \
-	contract-snapshot contract-tools
+	contract-snapshot contract-tools postman-collection
 
 # The virtualenv, installed again when the dependencies in setup.cfg change: the service's own
 # for `make run`, the test and benchmark tools (the dev extra) added for `make test`.
@@ -38,7 +38,8 @@ install: $(BIN)/.installed
 install-dev: $(BIN)/.installed-dev
 
 # The pinned Node tools that `make lint` and tests/test_contract_tools.py hold the contract to
-# (Redocly, Spectral, openapi-typescript, tsc); installed again when package-lock.json changes.
+# (Redocly, Spectral, openapi-typescript, tsc), and the Postman collection's (openapi-to-postmanv2,
+# newman); installed again when package-lock.json changes.
 CONTRACT_TOOLS := tests/contract_tools
 $(CONTRACT_TOOLS)/node_modules/.installed: $(CONTRACT_TOOLS)/package-lock.json
 	cd $(CONTRACT_TOOLS) && npm ci --no-audit --no-fund
@@ -140,6 +141,12 @@ test-quick: install-dev
 # tests/test_contract_compatibility.py holds spec/ to.
 contract-snapshot: install-dev
 	$(BIN)/python tests/support/contract_compatibility.py --write
+
+# After a change to the v3 contract: the Postman collection we ship (docs/postman/), made again
+# from it by openapi-to-postmanv2 and tests/support/postman_collection.py, which
+# tests/test_postman_collection.py holds it to and runs with newman.
+postman-collection: install-dev contract-tools
+	$(BIN)/python tests/support/postman_collection.py --write
 
 # The load benchmark (bench/load.py, about 9 minutes): a PostgreSQL primary and a hot standby of
 # its own (the machine's PostgreSQL binaries, shopapi/testing/standby.py), seeded at each run, Redis

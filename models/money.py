@@ -34,10 +34,12 @@ def amount(minor: int, currency: str) -> str:
 
 
 def minor_units(value: str, currency: str) -> int | None:
-    """The minor units a decimal amount is, or None when the currency cannot show it (more
-    decimals than the currency has: 12.345 EUR)."""
-    units = decimal.Decimal(value).scaleb(exponent(currency))
-    return int(units) if units == units.to_integral_value() else None
+    """The minor units a decimal amount is, or None when it is written with more decimals than
+    the currency has (12.345 EUR, and 12.500 EUR too: the contract's rule is written decimals)."""
+    written = decimal.Decimal(value)
+    if -written.as_tuple().exponent > exponent(currency):
+        return None
+    return int(written.scaleb(exponent(currency)))
 
 
 # The factor of each currency, written once as literal SQL: as a `peewee.Case` its 57

@@ -461,5 +461,13 @@ def test_v3_syncs_a_batch_expands_an_order_and_counts_only_when_asked(v3):
     uncounted = expect(listing.sync_detailed(client=api, user_id=user.id), HTTPStatus.OK)
     assert len(uncounted.data) == 1
     assert "total" not in uncounted.meta.to_dict()
+    # A list read without `fields` holds whole orders: each one as the single order's type,
+    # every field required, as docs/clients.md says.
+    whole = models.Order.from_dict(uncounted.data[0].to_dict())
+    assert (whole.id, whole.total.amount, whole.status) == (
+        order.id,
+        order.total.amount,
+        order.status,
+    )
     counted = listing.sync_detailed(client=api, user_id=user.id, prefer="count=exact")
     assert expect(counted, HTTPStatus.OK).meta.total == 1

@@ -343,7 +343,7 @@ def test_a_batch_creates_and_replaces_products_by_sku(client):
 @pytest.mark.parametrize(
     "bad, status, pointer",
     [
-        ({"price": _money("1.234")}, 400, "/products/2/price/amount"),
+        ({"price": _money("1.234")}, 422, "/products/2/price/amount"),
         ({"price": {"amount": "ten", "currency": "EUR"}}, 400, "/products/2/price/amount"),
         ({"name": ""}, 400, "/products/2/name"),
         ({"id": 5}, 400, "/products/2/id"),

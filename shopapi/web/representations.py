@@ -6,7 +6,7 @@ import functools
 import connexion
 
 from models import money
-from shopapi.web.problems import ValidationProblem
+from models.errors import InvalidReference
 
 _MINOR_UNITS = "_cents"
 
@@ -48,27 +48,41 @@ def _money_read(body: dict, at: str = "") -> dict:
     read = {}
     for name, value in body.items():
         if isinstance(value, dict) and value.keys() == {"amount", "currency"}:
-            currency = value["currency"]
-            minor = money.minor_units(value["amount"], currency)
-            if minor is None:
-                raise _bad_amount(
-                    f"{at}/{name}",
-                    f"has more decimals than {currency} has ({money.exponent(currency)})",
-                )
-            if minor > money.MAX_MINOR_UNITS:
-                raise _bad_amount(
-                    f"{at}/{name}",
-                    f"must be at most {money.amount(money.MAX_MINOR_UNITS, currency)}",
-                )
-            read[f"{name}{_MINOR_UNITS}"] = minor
-            read["currency"] = currency
+            read[f"{name}{_MINOR_UNITS}"] = _minor_units(value, f"{at}/{name}")
+            read["currency"] = value["currency"]
         else:
             read[name] = value
     return read
 
 
-def _bad_amount(where: str, detail: str) -> ValidationProblem:
-    return ValidationProblem([{"pointer": f"{where}/amount", "detail": detail}])
+def _minor_units(value: dict, where: str) -> int:
+    """The minor units of a money object the contract let through (one decimal pattern for
+    every currency), or a 422 naming what its currency cannot hold."""
+    amount, currency = value["amount"], value["currency"]
+    field = f"{where.rpartition('/')[2]}.amount"
+    minor = money.minor_units(amount, currency)
+    if minor is None:
+        places = money.exponent(currency)
+        most = f"at most {places} decimals" if places else "no decimals"
+        raise _bad_amount(
+            where,
+            f"{field}: {currency} has {places} minor units (ISO 4217), so {most}; {amount} "
+            "has more.",
+        )
+    if minor > money.MAX_MINOR_UNITS:
+        largest = money.amount(money.MAX_MINOR_UNITS, currency)
+        raise _bad_amount(
+            where,
+            f"{field}: at most {largest} {currency} ({money.MAX_MINOR_UNITS} minor units); "
+            f"{amount} is more.",
+        )
+    return minor
+
+
+def _bad_amount(where: str, detail: str) -> InvalidReference:
+    # A schema-valid amount its currency cannot hold: 422, as a valid body naming something
+    # unusable is (docs/decisions.md).
+    return InvalidReference(f"{where}/amount", detail)
 
 
 # How each version after v1 changes v1's representations: (shown, read). v3 shows money as v2.

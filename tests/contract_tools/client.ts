@@ -161,3 +161,13 @@ export const v3Batch: V3Batch = {
 export function v3BatchIds(result: V3BatchResult): number[] {
   return result.data.map((product) => product.id);
 }
+
+// A list's items are typed with every field optional (`fields=` answers only some); a page
+// read without `fields` holds whole orders, every field required (docs/clients.md).
+export function v3WholeOrders(list: V3OrderList): V3Order[] {
+  return list.data as V3Order[];
+}
+
+export function v3Totals(list: V3OrderList): string[] {
+  return v3WholeOrders(list).map((order) => order.total.amount);
+}
