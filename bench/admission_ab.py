@@ -10,6 +10,7 @@ Writes bench/results/admission-ab.{json,md}.
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -42,7 +43,7 @@ def measure(server: load.Server, data: pathlib.Path) -> dict:
         seconds = load.OVERLOAD_SECONDS if fraction > 1 else load.STEP_SECONDS
         run = load.wrk(
             [server], data, "mix_v3", seconds, rate=round(rate * fraction),
-            connections=load.OPEN_CONNECTIONS,
+            connections=load.open_connections(rate * fraction),
         )  # fmt: skip
         steps[fraction] = load._step(fraction, rate, run)
         load.say(load._step_line(steps[fraction]))
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     rounds = parser.parse_args().rounds
     secrets_env, tokens = load.server_secrets()
+    load_before = os.getloadavg()[0]
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     with (
         load.seeded_clusters() as replication,
@@ -117,6 +119,11 @@ def main() -> None:
             f"| {s['t2_errors']:.0f} | {s['p99_over_ok_ms']:.1f} | {s['t2_p99_ok']:.2f}x "
             f"| {s['p99_over_shed_ms']:.1f} |"
         )
+    lines += [
+        "",
+        f"Load average (1 min) {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after, "
+        f"on {os.cpu_count()} cores: above the cores, other work shared the CPU.",
+    ]
     report = "\n".join(lines) + "\n"
     (load.RESULTS / "admission-ab.md").write_text(report)
     print(report)

@@ -73,8 +73,10 @@ RESULTS = ROOT / "bench" / "results"
 BIN = pathlib.Path(sys.executable).parent
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS, FLOOR_PORT = 8200, 8201, (8202, 8203), 8204
-# The load: connections kept open by wrk's two threads, seconds per measured round.
-CONNECTIONS, THREADS = 32, 2
+# The load: connections kept open by wrk's two threads, seconds per measured round. A closed
+# loop keeps that many requests at the server: no more than the production server runs and
+# queues (2 workers x ADMISSION_CONCURRENCY 4 + ADMISSION_QUEUE 8), which would refuse the rest.
+CONNECTIONS, THREADS = 16, 2
 ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
 OPERATION_SECONDS, STEP_SECONDS = 5, 6
 # BENCH_QUICK=1: one short round of everything, to try the script; its numbers mean nothing.
@@ -95,9 +97,17 @@ EXPECTED_STATUSES = {"conditional": {304}}
 STEP_FRACTIONS = (0.2, 0.5, 0.7, 0.9, 1.0, 1.5, 2.0)
 LOW, HIGH, OVERLOAD = 0.2, 0.7, 2.0
 OVERLOAD_SECONDS = 20
-# The constant-rate runs' connections: far more than a server runs at once, so that the rate
-# offered holds when answers slow down (a free connection is always there for the next one).
-OPEN_CONNECTIONS = 256
+# The constant-rate runs' connections: OPEN_SECONDS of the rate offered (so that it holds while
+# answers take up to that long), within OPEN_CONNECTIONS; no fewer than CONNECTIONS. Not many
+# more: a connection idle past the server's keep-alive (5 s) is closed, which wrk counts as an
+# error.
+OPEN_SECONDS, OPEN_CONNECTIONS = 2, 512
+
+
+def open_connections(rate: float) -> int:
+    return max(CONNECTIONS, min(OPEN_CONNECTIONS, round(rate * OPEN_SECONDS)))
+
+
 # The list's tail is read at this fraction of each server's own saturated rate.
 LIST_TAIL_FRACTION = 0.7
 # wrk stops with requests under way; the servers finish them within this, before the database is
@@ -554,14 +564,15 @@ def measure_operations(shopapi: Server, data) -> dict:
 
 
 def step_load(shopapi: Server, data, saturated: float) -> list[dict]:
-    """`mix_v3` at a constant rate, fractions of its saturated rate, on OPEN_CONNECTIONS: the
-    rate offered holds whatever the latency, and each answer is timed from its due time."""
+    """`mix_v3` at a constant rate, fractions of its saturated rate, on open_connections(): the
+    rate offered holds while answers take up to OPEN_SECONDS, and each answer is timed from its
+    due time."""
     say(f"steps: mix_v3 at a constant rate, {STEP_SECONDS} s a step ({OVERLOAD_SECONDS} s past 1)")
     steps = []
     for fraction in STEP_FRACTIONS:
         rate = round(saturated * fraction)
         seconds = OVERLOAD_SECONDS if fraction > 1 else STEP_SECONDS
-        run = wrk([shopapi], data, "mix_v3", seconds, rate=rate, connections=OPEN_CONNECTIONS)
+        run = wrk([shopapi], data, "mix_v3", seconds, rate=rate, connections=open_connections(rate))
         steps.append(_step(fraction, saturated, run))
         say(_step_line(steps[-1]))
     return steps
@@ -599,12 +610,13 @@ def _step_line(step: dict) -> str:
 def list_tail(servers: dict[str, Server], data, listed: dict) -> dict:
     """The v1 list on each server at LIST_TAIL_FRACTION of its own saturated rate (compare_list's
     throughput), in turn: p50 and p99 as wrk times them (the baseline and the floor stamp no
-    X-Request-ID), on OPEN_CONNECTIONS."""
+    X-Request-ID)."""
     say(f"list tail: each server at {LIST_TAIL_FRACTION} of its own saturation, {STEP_SECONDS} s")
     tail = {}
     for name, server in servers.items():
         rate = round(listed[name]["goodput"] * LIST_TAIL_FRACTION)
-        run = wrk([server], data, "list", STEP_SECONDS, rate=rate, connections=OPEN_CONNECTIONS)
+        connections = open_connections(rate)
+        run = wrk([server], data, "list", STEP_SECONDS, rate=rate, connections=connections)
         tail[name] = {
             "offered_rate": rate,
             "p50": run["latency_ms"]["p50"],
@@ -1052,8 +1064,8 @@ def goals_report(results: dict) -> list[str]:
         f"(pg_stat_statements, counting only then): {by_tables or 'none'}.",
         f"- Saturation: mix_v3's 2xx a second, unthrottled on {results['load']['connections']} "
         f"connections, {results['mix_v3']['goodput']:,.0f} req/s; the steps below offer "
-        f"fractions of it at a constant rate on {OPEN_CONNECTIONS} connections, each answer "
-        "timed from when it was due (bench/mix.lua).",
+        f"fractions of it at a constant rate on up to {OPEN_CONNECTIONS} connections "
+        f"({OPEN_SECONDS} s of the rate), each answer timed from when it was due (bench/mix.lua).",
         f"- Load average (1 min) {load['before']:.1f} before the run, {load['after']:.1f} after, "
         f"on {results['machine']['cores']} cores: above the cores, other work shared the CPU, "
         "and throughput and latency say more about it than about shopapi (CPU per request "
