@@ -6,7 +6,6 @@ handlers, the database and the cross-cutting middleware. Serve it with
 import contextlib
 import datetime
 import logging
-import pathlib
 import threading
 import warnings
 
@@ -56,6 +55,8 @@ from shopapi.contract.operations import (
     security_requirements,
 )
 from shopapi.contract.resolver import HandlerResolver
+from shopapi.contract.shapes import event_shapes, operation_shapes
+from shopapi.contract.spec_files import SPEC_DIR, SPEC_FILES
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
 from shopapi.events import stream
@@ -83,7 +84,7 @@ from shopapi.pipeline.read_routing import marks_of, read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.response_headers import ResponseHeadersMiddleware
 from shopapi.pipeline.revalidation import RevalidationMiddleware
-from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
+from shopapi.pipeline.versions import ApiVersionMiddleware
 from shopapi.pipeline.write_marks import RedisMarks
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
@@ -94,8 +95,6 @@ from shopapi.telemetry.request_id import is_sane_request_id, new_request_id
 from shopapi.web import problems
 from shopapi.web.configured import Configured
 from shopapi.web.jsonifier import CompactJsonifier
-
-SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
 
 def _load(name: str) -> dict:
@@ -176,7 +175,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         app.add_api(
             served_spec,
             base_path=base_path,
-            resolver=HandlerResolver(Operations([served_spec]), base_path),
+            resolver=HandlerResolver(
+                Operations([served_spec]), operation_shapes(served_spec), base_path
+            ),
             strict_validation=True,
             validate_responses=settings.validate_responses,
             swagger_ui_options=docs,
@@ -255,8 +256,8 @@ def pipeline(
     streams: EventStreams,
 ) -> list:
     """Every layer a request passes through, outermost first; the last hands it to Flask (on the
-    WSGIBridge's threads), where the resolver's wrappers (ETags, the version's representation)
-    call the handler. docs/architecture.md walks one request through it."""
+    WSGIBridge's threads), where the resolver's wrappers (ETags, the version's shapes) call the
+    handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
     root_operations = Operations(root_specs)
     counter = LimitCounter(settings.shared_store_url)
@@ -356,6 +357,7 @@ def pipeline(
             streams=streams,
             heartbeat_seconds=settings.event_stream_heartbeat_seconds,
             max_seconds=settings.event_stream_max_seconds,
+            event_shapes=event_shapes(dict(zip(SPEC_FILES, api_specs, strict=True))),
         ),
         # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
         # the handler's errors itself, with the same handlers, so that they are replayed too.

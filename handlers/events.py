@@ -12,7 +12,6 @@ from models import Event
 from shopapi.auth.security import current_principal
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.web.listing import list_response
-from shopapi.web.representations import current_version
 
 _ACTOR_FIELDS = ("actor_subject", "actor_user_id")
 
@@ -23,8 +22,8 @@ def _visible():
 
 
 def _represent():
-    version, shows_actor = current_version(), current_principal().is_admin
-    return lambda event: event_payload(event, version, shows_actor=shows_actor)
+    shows_actor = current_principal().is_admin
+    return lambda event: event_payload(event, shows_actor=shows_actor)
 
 
 def _actor_parameter(params: dict) -> str | None:

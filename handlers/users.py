@@ -71,7 +71,7 @@ def get_user(id):
 
 def replace_user(id, body):
     # The role is the admin's to set: a replacement that leaves it out keeps it.
-    return _change(id, body, lambda user, fields: user.replace({"role": user.role, **fields}))
+    return _change(id, body, lambda user, fields: user.replace(fields.keeping("role")))
 
 
 def update_user(id, body):

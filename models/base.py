@@ -25,6 +25,21 @@ def _rows_rendered_once(shape: tuple, build, params: list) -> list:
     return peewee_internals.rows_of(query, database.execute_sql(sql, params))
 
 
+class Written(dict):
+    """Fields a client wrote, by name, and `writable`: the names of every field its version of
+    the contract lets it write. A replacement (`BaseModel.replace`) resets the writable ones it
+    leaves out and no other, so that a field only a later version has is never reset by a
+    client that cannot see it."""
+
+    def __init__(self, fields: dict, writable: frozenset[str]):
+        super().__init__(fields)
+        self.writable = writable
+
+    def keeping(self, *names: str) -> "Written":
+        """These fields, with `names` kept as they are when left out (a user's role)."""
+        return Written(self, self.writable - set(names))
+
+
 class BaseModel(peewee.Model):
     created_at = UTCDateTimeField(default=utc_now)
     updated_at = UTCDateTimeField(default=utc_now)
@@ -86,19 +101,26 @@ class BaseModel(peewee.Model):
         return changed
 
     def replace(self, fields: dict) -> bool:
-        """Set every writable field: from `fields`, else the field's default (a PUT). A writable
-        attribute that is not a column (a user's password) is only ever set, never reset.
-        Returns whether any value changed."""
+        """Set every writable field: from `fields`, else the field's default (a PUT). Fields a
+        client wrote (`Written`) reset only what its version may write. A writable attribute
+        that is not a column (a user's password) is only ever set, never reset. Returns whether
+        any value changed."""
+        resettable = fields.writable if isinstance(fields, Written) else self.writable
         changed = False
         for name in self.writable:
             if name in fields:
                 changed |= self._set(name, fields[name])
-            elif name in self._meta.fields:
+            elif name in resettable and name in self._meta.fields:
                 field = self._meta.fields[name]
                 changed |= self._set(
                     name, field.default() if callable(field.default) else field.default
                 )
         return changed
+
+    def fields_by_name(self) -> dict:
+        """Every field of the row by name: a representation that each API version's contract
+        narrows to the fields it has (a column added for one version is shown by it alone)."""
+        return {name: getattr(self, name) for name in self._meta.sorted_field_names}
 
     def _set(self, name: str, value) -> bool:
         """Set `name` to `value`; whether that changed what it reads as (a write-only attribute,

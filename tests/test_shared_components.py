@@ -13,7 +13,7 @@ import yaml
 from app import SPEC_DIR
 from shopapi.contract import served, spec_files
 from shopapi.contract.list_language import expand
-from shopapi.pipeline.versions import SPEC_FILES
+from shopapi.contract.spec_files import SPEC_FILES
 
 SHARED = "components.yaml"
 # The files whose components/ a designer writes: the shared one and each version's.

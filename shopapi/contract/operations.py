@@ -104,6 +104,19 @@ def resolved(node: dict, spec: dict) -> dict:
     return node
 
 
+def merged(schema: dict, spec: dict) -> dict:
+    """`schema` with its `$ref` followed and its `allOf` merged into one (each part's keywords,
+    then its own)."""
+    schema = resolved(schema, spec)
+    if "allOf" not in schema:
+        return schema
+    whole = {}
+    for part in schema["allOf"]:
+        whole.update(merged(part, spec))
+    whole.update({k: v for k, v in schema.items() if k != "allOf"})
+    return whole
+
+
 def components(spec: dict, kind: str) -> dict:
     """The components of this kind (`schemas`, `parameters`), made if the spec has none yet: for
     the start-up steps that write into the contract (list_language.py)."""

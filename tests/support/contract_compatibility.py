@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script too
 
 from shopapi.contract import spec_files  # noqa: E402
 from shopapi.contract.list_language import expand  # noqa: E402
-from shopapi.pipeline.versions import SPEC_FILES  # noqa: E402
+from shopapi.contract.spec_files import SPEC_FILES  # noqa: E402
 from support.contract_walk import Resolver  # noqa: E402
 
 SPEC_DIR = ROOT / "spec"
