@@ -97,9 +97,14 @@ def _narrowed_input(where: str, old: dict, new: dict, sides) -> list[str]:
         problems.append(f"{where}: null no longer accepted")
     old_properties, new_properties = old.get("properties", {}), new.get("properties", {})
     for name, schema in old_properties.items():
+        if sides.old(schema).get("readOnly"):
+            continue  # never sent (an answer's field, a v3 order item's expanded product)
         if name not in new_properties:
             if new.get("additionalProperties") is False:
                 problems.append(f"{where}.{name}: no longer accepted")
+            continue
+        if sides.new(new_properties[name]).get("readOnly"):
+            problems.append(f"{where}.{name}: now read-only")
             continue
         problems += _narrowed_input(f"{where}.{name}", schema, new_properties[name], sides)
     for name in set(new.get("required", [])) - set(old.get("required", [])):
@@ -119,6 +124,8 @@ def _narrowed_output(where: str, old: dict, new: dict, sides) -> list[str]:
         problems.append(f"{where}: may now be null")
     old_properties, new_properties = old.get("properties", {}), new.get("properties", {})
     for name, schema in old_properties.items():
+        if sides.old(schema).get("writeOnly"):
+            continue  # never answered (a password)
         if name not in new_properties:
             problems.append(f"{where}.{name}: removed")
             continue
