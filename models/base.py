@@ -180,6 +180,17 @@ def insert_rows(model, rows: list[dict]) -> None:
         database.execute_sql(f"INSERT INTO {table} ({columns}) VALUES {values}", params)  # noqa: S608
 
 
+def _changed_value(field: peewee.Field) -> str:
+    """A field's new value in `update_rows`, cast on PostgreSQL to the column's type: there a
+    VALUES column of NULLs alone is text, which an integer column does not take."""
+    value = f'"changed".{_quoted(field.column_name)}'
+    if not is_postgresql():
+        return value
+    context = database.get_sql_context()
+    column_type, _ = context.sql(field.ddl_datatype(context)).query()
+    return f"{value}::{column_type}"
+
+
 def update_rows(model, rows: list[dict]) -> None:
     """Set each row's fields by its `id` (field names and values, the same names in each, `id`
     first), ROWS_PER_STATEMENT to a statement: one UPDATE from a VALUES list, which SQLite and
@@ -189,8 +200,7 @@ def update_rows(model, rows: list[dict]) -> None:
         names = ", ".join(_quoted(field.column_name) for field in fields)
         table = _quoted(model._meta.table_name)
         changes = ", ".join(
-            f'{_quoted(field.column_name)} = "changed".{_quoted(field.column_name)}'
-            for field in fields[1:]
+            f"{_quoted(field.column_name)} = {_changed_value(field)}" for field in fields[1:]
         )
         statement = (
             f'WITH "changed" ({names}) AS (VALUES {values}) '  # noqa: S608 (names are ours)
