@@ -380,7 +380,7 @@ def test_a_product_field_only_a_later_version_has_is_kept_by_earlier_ones(client
     """Read from the contracts as served: every product field that v3 takes and v2 does not
     (the two write money alike), set through v3 to its `example`, is neither shown nor reset by
     v1's and v2's PUT and PATCH, nor shown in their events; v3 shows it back. A field added to
-    v3 is held to this with no test of its own."""
+    v3 is held to this with no test of its own (docs/recipes.md)."""
     contracts = {v: client.get(f"/v{v}/openapi.json").json() for v in (1, 2, 3)}
 
     def fields(version: int) -> dict:
