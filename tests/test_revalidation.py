@@ -12,7 +12,7 @@ from support.helpers import bearer, bearer_for, create_product, create_user, pla
 from models import table_versions
 from shopapi.contract.validation import ParameterValidator
 from shopapi.events.worker import fan_out
-from shopapi.web import revalidations
+from shopapi.web import remembered_lists
 
 _VOLATILE = {"x-request-id", "date", "server"}
 
@@ -151,7 +151,7 @@ def test_every_lists_tag_follows_every_table_its_request_reads(client, caplog, m
     ids = {"id": user["id"], "user_id": user["id"], "webhook_id": webhook["id"]}
     ids["device_id"] = device["id"]
     noted = []
-    monkeypatch.setattr(revalidations, "note", lambda tables, *_: noted.append(tables))
+    monkeypatch.setattr(remembered_lists, "note", lambda tables, *_: noted.append(tables))
 
     checked = []
     for op in operations(client, versions=(1, 2, 3)):

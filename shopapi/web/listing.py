@@ -17,7 +17,7 @@ from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.internals import connexion as connexion_internals
 from shopapi.internals import peewee as peewee_internals
-from shopapi.web import counts, cursors, etags, representations, revalidations
+from shopapi.web import counts, cursors, etags, remembered_lists, representations
 from shopapi.web.configured import configured
 from shopapi.web.problems import ValidationProblem
 
@@ -295,7 +295,7 @@ def list_response(
     own_fetch = fetch is not list or load is not list
     tables, versions, tag = _unchanged_since(statement, own_fetch, reads, asked_count, owner)
     if tag is not None:
-        revalidations.note(tables, versions, tag)
+        remembered_lists.note(tables, versions, tag)
         if etags.revalidated(tag):
             return None, 304, {"ETag": tag}
 
