@@ -15,7 +15,7 @@ from connexion.exceptions import Forbidden
 from models import User
 from models.db import database
 from models.user import CredentialsChange, normalised_email
-from shopapi.auth.attempts import limited_attempt
+from shopapi.auth.credential_attempts import limited_attempt
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
 from shopapi.web.etags import if_match

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 # The operation extensions that limit failed attempts of one kind per account (or per account
-# and address) in one or more windows (shopapi/pipeline/attempt_limits.py); the kind is the name
+# and address) in one or more windows (shopapi/pipeline/account_limits.py); the kind is the name
 # after the prefix.
 ATTEMPT_LIMIT_PREFIX = "x-rate-limit-"
 ATTEMPT_LIMITS = (
