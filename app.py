@@ -59,10 +59,10 @@ from shopapi.contract.shapes import event_shapes, operation_shapes
 from shopapi.contract.spec_files import SPEC_DIR, SPEC_FILES
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
-from shopapi.events import stream
+from shopapi.events import stream_poller
 from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
-from shopapi.events.stream import EventStreams
+from shopapi.events.stream_poller import EventStreams
 from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
 from shopapi.pipeline.cors import Cors
@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         security.with_api_key_scopes(security_requirements(spec))
     # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
     # the pipeline's own database work's and the event streams' readers.
-    connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
+    connections = settings.database_pool_size + off_loop.THREADS + stream_poller.THREADS
     bounds = Bounds.configured(settings)
     use(
         open_database(

@@ -1,6 +1,6 @@
 """`GET /events/stream` answered here, before Flask: Server-Sent Events fed by this process's
-poller (shopapi/events/stream.py), so that a waiting stream holds neither a Flask thread nor a
-database connection. Design: docs/pipeline.md and docs/events.md."""
+poller (shopapi/events/stream_poller.py), so that a waiting stream holds neither a Flask thread
+nor a database connection. Design: docs/pipeline.md and docs/events.md."""
 
 import asyncio
 import contextlib
@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from models import Event
 from shopapi.auth.security import EXPIRES_AT, Principal, revocable
 from shopapi.events.payloads import event_payload, readable_resource_types
-from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
+from shopapi.events.stream_poller import BATCH, EventStreams, StreamsFull, Subscription
 from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.telemetry import metrics
