@@ -47,7 +47,7 @@ from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import checked_specs, served, spec_files
 from shopapi.contract.allowed_methods import AllowedMethods
-from shopapi.contract.list_language import expand
+from shopapi.contract.list_language import with_list_language
 from shopapi.contract.operations import (
     Operations,
     base_path_of,
@@ -114,7 +114,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         )
     # Each version's contract, with the list language written into it: served as it is, and
     # enforced with API keys needing the operations' OAuth scopes.
-    api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
+    api_specs = [with_list_language(_load(name)) for name in SPEC_FILES.values()]
     contract_documents = served.documents(api_specs)
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN; the

@@ -1,5 +1,5 @@
-"""The list language, written into the contract: `expand` gives every `x-list-of` operation its
-filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md."""
+"""The list language, written into the contract: `with_list_language` gives every `x-list-of`
+operation its filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md."""
 
 import copy
 import re
@@ -184,7 +184,7 @@ def _component_name(resource: str, parameter: dict) -> str:
     return f"{resource}.{name}" + (f".{operator.rstrip(']')}" if operator else "")
 
 
-def expand(spec: dict) -> dict:
+def with_list_language(spec: dict) -> dict:
     """A copy of `spec` in which every `x-list-of` operation refers to the list language's
     parameters, declared once per listed resource under `components/parameters`."""
     spec = copy.deepcopy(spec)

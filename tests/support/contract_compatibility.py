@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script too
 
 from shopapi.contract import spec_files  # noqa: E402
-from shopapi.contract.list_language import expand  # noqa: E402
+from shopapi.contract.list_language import with_list_language  # noqa: E402
 from shopapi.contract.spec_files import SPEC_FILES  # noqa: E402
 from support.contract_walk import Resolver  # noqa: E402
 
@@ -234,7 +234,7 @@ def served_contract(version: int, spec_dir: pathlib.Path = SPEC_DIR) -> dict:
     """Version `version`'s contract as clients see it: its spec file in `spec_dir` bundled by
     the app's own bundler (each version takes the shared components of components.yaml, v2 and
     v3 parts of others), the list language expanded."""
-    return expand(spec_files.load(spec_dir / SPEC_FILES[version]))
+    return with_list_language(spec_files.load(spec_dir / SPEC_FILES[version]))
 
 
 if __name__ == "__main__":
