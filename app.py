@@ -6,7 +6,6 @@ handlers, the database and the cross-cutting middleware. Serve it with
 import contextlib
 import datetime
 import logging
-import pathlib
 import threading
 import warnings
 
@@ -48,7 +47,7 @@ from shopapi.auth.revocations import Revocations
 from shopapi.auth.tokens import AccessTokens
 from shopapi.contract import checked_specs, served, spec_files
 from shopapi.contract.allowed_methods import AllowedMethods
-from shopapi.contract.list_language import expand
+from shopapi.contract.list_language import with_list_language
 from shopapi.contract.operations import (
     Operations,
     base_path_of,
@@ -56,12 +55,14 @@ from shopapi.contract.operations import (
     security_requirements,
 )
 from shopapi.contract.resolver import HandlerResolver
+from shopapi.contract.shapes import event_shapes, operation_shapes
+from shopapi.contract.spec_files import SPEC_DIR, SPEC_FILES
 from shopapi.contract.uri_parsing import ArrayFormsURIParser
 from shopapi.contract.validation import validator_map
-from shopapi.events import stream
+from shopapi.events import stream_poller
 from shopapi.events.push import webpush
 from shopapi.events.push.endpoints import EndpointRule
-from shopapi.events.stream import EventStreams
+from shopapi.events.stream_poller import EventStreams
 from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.admission import AdmissionMiddleware
 from shopapi.pipeline.body_limit import BodyLimitMiddleware
@@ -84,7 +85,7 @@ from shopapi.pipeline.read_routing import marks_of, read_routing
 from shopapi.pipeline.request_facts import RoutedOperationMiddleware
 from shopapi.pipeline.response_headers import ResponseHeadersMiddleware
 from shopapi.pipeline.revalidation import RevalidationMiddleware
-from shopapi.pipeline.versions import SPEC_FILES, ApiVersionMiddleware
+from shopapi.pipeline.versions import ApiVersionMiddleware
 from shopapi.pipeline.write_marks import RedisMarks
 from shopapi.pipeline.wsgi_bridge import WSGIBridge
 from shopapi.settings import ConfigurationError, Settings
@@ -95,8 +96,6 @@ from shopapi.telemetry.request_id import is_sane_request_id, new_request_id
 from shopapi.web import problems
 from shopapi.web.configured import Configured
 from shopapi.web.jsonifier import CompactJsonifier
-
-SPEC_DIR = pathlib.Path(__file__).parent / "spec"
 
 
 def _load(name: str) -> dict:
@@ -116,7 +115,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         )
     # Each version's contract, with the list language written into it: served as it is, and
     # enforced with API keys needing the operations' OAuth scopes.
-    api_specs = [expand(_load(name)) for name in SPEC_FILES.values()]
+    api_specs = [with_list_language(_load(name)) for name in SPEC_FILES.values()]
     contract_documents = served.documents(api_specs)
     # The well-known URIs and the metrics live at the root, outside the versioned API, with no
     # docs of their own. /metrics takes an admin's token or API key, or METRICS_TOKEN; the
@@ -126,7 +125,7 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         security.with_api_key_scopes(security_requirements(spec))
     # A connection for each thread that may hold one: Flask's (as many as DATABASE_POOL_SIZE),
     # the pipeline's own database work's and the event streams' readers.
-    connections = settings.database_pool_size + off_loop.THREADS + stream.THREADS
+    connections = settings.database_pool_size + off_loop.THREADS + stream_poller.THREADS
     bounds = Bounds.configured(settings)
     use(
         open_database(
@@ -177,7 +176,9 @@ def create_app(settings: Settings | None = None) -> connexion.FlaskApp:
         app.add_api(
             served_spec,
             base_path=base_path,
-            resolver=HandlerResolver(Operations([served_spec]), base_path),
+            resolver=HandlerResolver(
+                Operations([served_spec]), operation_shapes(served_spec), base_path
+            ),
             strict_validation=True,
             validate_responses=settings.validate_responses,
             swagger_ui_options=docs,
@@ -256,8 +257,8 @@ def pipeline(
     streams: EventStreams,
 ) -> list:
     """Every layer a request passes through, outermost first; the last hands it to Flask (on the
-    WSGIBridge's threads), where the resolver's wrappers (ETags, the version's representation)
-    call the handler. docs/architecture.md walks one request through it."""
+    WSGIBridge's threads), where the resolver's wrappers (ETags, the version's shapes) call the
+    handler. docs/architecture.md walks one request through it."""
     operations = Operations([*api_specs, *root_specs])
     root_operations = Operations(root_specs)
     counter = LimitCounter(settings.shared_store_url)
@@ -368,6 +369,7 @@ def pipeline(
             streams=streams,
             heartbeat_seconds=settings.event_stream_heartbeat_seconds,
             max_seconds=settings.event_stream_max_seconds,
+            event_shapes=event_shapes(dict(zip(SPEC_FILES, api_specs, strict=True))),
         ),
         # Idempotency-Key replays, for valid requests only, just outside the handler. It renders
         # the handler's errors itself, with the same handlers, so that they are replayed too.

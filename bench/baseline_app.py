@@ -33,8 +33,8 @@ def list_products():
     order = Product.price_cents.desc(nulls="FIRST")
     rows = query.order_by(order, Product.id).paginate(page, per_page)
     body = {
-        # shopapi's own representation, without the version layer (`__wrapped__`: v1's form).
-        "data": [represent.__wrapped__(row) for row in rows],
+        # shopapi's own representation (every field), without a version's shape.
+        "data": [represent(row) for row in rows],
         "meta": {
             "page": page,
             "per_page": per_page,

@@ -13,7 +13,6 @@ from models.table_versions import NO_ONE
 from shopapi.auth.security import current_principal
 from shopapi.events.payloads import event_payload, readable_resource_types
 from shopapi.web.listing import list_response
-from shopapi.web.representations import current_version
 
 _ACTOR_FIELDS = ("actor_subject", "actor_user_id")
 
@@ -34,8 +33,8 @@ def _owners() -> tuple[int, ...] | None:
 
 
 def _represent():
-    version, shows_actor = current_version(), current_principal().is_admin
-    return lambda event: event_payload(event, version, shows_actor=shows_actor)
+    shows_actor = current_principal().is_admin
+    return lambda event: event_payload(event, shows_actor=shows_actor)
 
 
 def _actor_parameter(params: dict) -> str | None:

@@ -26,11 +26,9 @@ from shopapi.events import outbox
 from shopapi.web.configured import configured
 from shopapi.web.etags import if_match
 from shopapi.web.listing import list_response
-from shopapi.web.representations import versioned
 from shopapi.web.responses import created
 
 
-@versioned
 def represent(order: Order) -> dict:
     return {
         "id": order.id,
@@ -127,7 +125,6 @@ def list_orders(expand=(), **params):
         _shown(expand),
         load=lambda page: _expanded(Order.with_items(page), expand),
         reads=(OrderItem, *(_EXPANDED_MODELS[path] for path in expand)),
-        kept=["user"] if "user" in expand else [],
         owners=principal.owners_reached(),
     )
 

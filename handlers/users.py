@@ -15,7 +15,7 @@ from connexion.exceptions import Forbidden
 from models import User
 from models.db import database
 from models.user import CredentialsChange, normalised_email
-from shopapi.auth.attempts import limited_attempt
+from shopapi.auth.credential_attempts import limited_attempt
 from shopapi.auth.security import current_principal
 from shopapi.events import outbox
 from shopapi.web.etags import if_match
@@ -70,7 +70,7 @@ def get_user(id):
 
 def replace_user(id, body):
     # The role is the admin's to set: a replacement that leaves it out keeps it.
-    return _change(id, body, lambda user, fields: user.replace({"role": user.role, **fields}))
+    return _change(id, body, lambda user, fields: user.replace(fields.keeping("role")))
 
 
 def update_user(id, body):

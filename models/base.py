@@ -25,6 +25,21 @@ def _rows_rendered_once(shape: tuple, build, params: list) -> list:
     return peewee_internals.rows_of(query, database.execute_sql(sql, params))
 
 
+class Written(dict):
+    """Fields a client wrote, by name, and `writable`: the names of every field its version of
+    the contract lets it write. A replacement (`BaseModel.replace`) resets the writable ones it
+    leaves out and no other, so that a field only a later version has is never reset by a
+    client that cannot see it."""
+
+    def __init__(self, fields: dict, writable: frozenset[str]):
+        super().__init__(fields)
+        self.writable = writable
+
+    def keeping(self, *names: str) -> "Written":
+        """These fields, with `names` kept as they are when left out (a user's role)."""
+        return Written(self, self.writable - set(names))
+
+
 class BaseModel(peewee.Model):
     created_at = UTCDateTimeField(default=utc_now)
     updated_at = UTCDateTimeField(default=utc_now)
@@ -86,19 +101,26 @@ class BaseModel(peewee.Model):
         return changed
 
     def replace(self, fields: dict) -> bool:
-        """Set every writable field: from `fields`, else the field's default (a PUT). A writable
-        attribute that is not a column (a user's password) is only ever set, never reset.
-        Returns whether any value changed."""
+        """Set every writable field: from `fields`, else the field's default (a PUT). Fields a
+        client wrote (`Written`) reset only what its version may write. A writable attribute
+        that is not a column (a user's password) is only ever set, never reset. Returns whether
+        any value changed."""
+        resettable = fields.writable if isinstance(fields, Written) else self.writable
         changed = False
         for name in self.writable:
             if name in fields:
                 changed |= self._set(name, fields[name])
-            elif name in self._meta.fields:
+            elif name in resettable and name in self._meta.fields:
                 field = self._meta.fields[name]
                 changed |= self._set(
                     name, field.default() if callable(field.default) else field.default
                 )
         return changed
+
+    def fields_by_name(self) -> dict:
+        """Every field of the row by name: a representation that each API version's contract
+        narrows to the fields it has (a column added for one version is shown by it alone)."""
+        return {name: getattr(self, name) for name in self._meta.sorted_field_names}
 
     def _set(self, name: str, value) -> bool:
         """Set `name` to `value`; whether that changed what it reads as (a write-only attribute,
@@ -158,6 +180,17 @@ def insert_rows(model, rows: list[dict]) -> None:
         database.execute_sql(f"INSERT INTO {table} ({columns}) VALUES {values}", params)  # noqa: S608
 
 
+def _changed_value(field: peewee.Field) -> str:
+    """A field's new value in `update_rows`, cast on PostgreSQL to the column's type: there a
+    VALUES column of NULLs alone is text, which an integer column does not take."""
+    value = f'"changed".{_quoted(field.column_name)}'
+    if not is_postgresql():
+        return value
+    context = database.get_sql_context()
+    column_type, _ = context.sql(field.ddl_datatype(context)).query()
+    return f"{value}::{column_type}"
+
+
 def update_rows(model, rows: list[dict]) -> None:
     """Set each row's fields by its `id` (field names and values, the same names in each, `id`
     first), ROWS_PER_STATEMENT to a statement: one UPDATE from a VALUES list, which SQLite and
@@ -167,8 +200,7 @@ def update_rows(model, rows: list[dict]) -> None:
         names = ", ".join(_quoted(field.column_name) for field in fields)
         table = _quoted(model._meta.table_name)
         changes = ", ".join(
-            f'{_quoted(field.column_name)} = "changed".{_quoted(field.column_name)}'
-            for field in fields[1:]
+            f"{_quoted(field.column_name)} = {_changed_value(field)}" for field in fields[1:]
         )
         statement = (
             f'WITH "changed" ({names}) AS (VALUES {values}) '  # noqa: S608 (names are ours)

@@ -21,6 +21,8 @@ class Product(BaseModel):
     stock = peewee.IntegerField(default=0)
     category = peewee.CharField(max_length=100, null=True)
     active = peewee.BooleanField(default=True)
+    # v3's: grams, as shipped; None when not known.
+    weight_grams = peewee.IntegerField(null=True)
 
     # Money in minor units and its currency: v2 shows them together as `price`.
     money_fields: ClassVar = {"price": (price_cents, currency)}
@@ -34,6 +36,7 @@ class Product(BaseModel):
         "stock",
         "category",
         "active",
+        "weight_grams",
     )
 
     @staticmethod

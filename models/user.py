@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import peewee
 
-from models.base import BaseModel
+from models.base import BaseModel, Written
 from models.errors import Conflict, CurrentPasswordRequired
 from models.passwords import hash_password, verify_login, verify_password
 
@@ -144,9 +144,9 @@ class CredentialsChange:
 
     def __init__(self, user_id: int, changes: dict, *, by_the_user: bool):
         self.changes = changes
-        self.fields = {
-            k: v for k, v in changes.items() if k not in ("password", "current_password")
-        }
+        fields = {k: v for k, v in changes.items() if k not in ("password", "current_password")}
+        # What its version may write goes with what the client wrote (`BaseModel.replace`).
+        self.fields = Written(fields, changes.writable) if isinstance(changes, Written) else fields
         self.by_the_user = by_the_user
         current = changes.get("current_password")
         new = changes.get("password")

@@ -17,7 +17,7 @@ from shopapi.contract.patterns import ecma_regex
 from shopapi.pipeline import rate_limits
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests
 from shopapi.settings import Settings
-from shopapi.web import counts, revalidations
+from shopapi.web import counts, remembered_lists
 
 SCOPES = ["products:read"]
 
@@ -198,7 +198,7 @@ def _request(n: int) -> bytes:
 def test_revalidations_kept_stay_within_the_bound_at_a_few_hundred_bytes_each():
     """Each polled list a worker answered before Flask is kept under its request's digest, with
     a digest of its tables' versions (16 shards a table, about 200 characters each)."""
-    kept = revalidations.Revalidations(max_known=300)
+    kept = remembered_lists.RememberedLists(max_known=300)
     versions = "PostgresqlDatabase:shopapi/" + ",".join(f"product:{n}" for n in range(16))
 
     def note_each():
@@ -206,7 +206,7 @@ def test_revalidations_kept_stay_within_the_bound_at_a_few_hundred_bytes_each():
             # The table names as a request's handler finds them: a set of its own each time.
             kept.note(_request(n), frozenset(["product"]), versions, f'W/"{n:043d}"')
 
-    grown = _bytes_kept(note_each, revalidations)
+    grown = _bytes_kept(note_each, remembered_lists)
     assert len(kept) == 300
     assert grown / 300 < 400, f"{grown / 300:.0f} bytes a revalidation"
     for n in range(300, 400):

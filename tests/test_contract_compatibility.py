@@ -26,6 +26,16 @@ def test_each_version_keeps_everything_its_snapshot_promised(version):
     assert breaking_changes(snapshot, served_contract(version)) == []
 
 
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_each_committed_snapshot_is_what_is_served(version):
+    # An addition is committed with its snapshot (`make contract-snapshot`): a snapshot behind
+    # the contract would let a later change take the addition away unnoticed.
+    snapshot = json.loads(snapshot_of(version).read_text())
+    assert snapshot == json.loads(json.dumps(served_contract(version))), (
+        f"tests/contracts/v{version}.json is not what is served: make contract-snapshot"
+    )
+
+
 def _edited_spec(tmp_path, edit):
     """A temporary copy of spec/ changed by `edit`, which is given every file as plain YAML, by
     name, and changes the one where what it changes is written: a component the versions share
@@ -48,6 +58,15 @@ def _shared(files):
 
 def _schemas(spec):
     return spec["components"]["schemas"]
+
+
+def _products_of(files):
+    """The schemas of v2's products, and v3's where v3 has products of its own."""
+    return [
+        _schemas(spec)
+        for spec in (files["v2.yaml"], files["v3.yaml"])
+        if "properties" in _schemas(spec).get("ProductFields", {})
+    ]
 
 
 def _remove_operation(files):
@@ -153,3 +172,40 @@ def _additions(files):
 def test_additions_pass(tmp_path):
     edited = served_contract(1, _edited_spec(tmp_path, _additions))
     assert breaking_changes(served_contract(1), edited) == []
+
+
+def _a_new_field_every_product_shows(files):
+    for schemas in _products_of(files):
+        schemas["ProductFields"]["properties"]["rating"] = {"type": "integer", "minimum": 0}
+        schemas["Product"]["required"].append("rating")
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_new_field_of_a_product_is_no_new_requirement_of_an_order(tmp_path, version):
+    """v3's order items bring their product along (`expand`): a read-only field of the request
+    body, which a client never sends, whatever the product it shows must have."""
+    edited = served_contract(version, _edited_spec(tmp_path, _a_new_field_every_product_shows))
+    assert breaking_changes(served_contract(version), edited) == []
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_new_sortable_field_beside_dotted_ones_passes(tmp_path, version):
+    """v2's and v3's `sort` and `fields` patterns name `price\\.amount`: a new field widens them."""
+    edited_spec = _edited_spec(tmp_path, _a_new_field_every_product_shows)
+    edited = served_contract(version, edited_spec)
+    sort = next(
+        p
+        for p in edited["components"]["parameters"].values()
+        if p["name"] == "sort" and "rating" in p["schema"]["pattern"]
+    )
+    assert "price\\.amount" in sort["schema"]["pattern"]
+    assert breaking_changes(served_contract(version), edited) == []
+
+
+def test_a_field_made_read_only_is_no_longer_accepted(tmp_path):
+    def read_only_name(files):
+        _schemas(_v1(files))["ProductFields"]["properties"]["name"]["readOnly"] = True
+
+    edited = served_contract(1, _edited_spec(tmp_path, read_only_name))
+    problems = breaking_changes(served_contract(1), edited)
+    assert any("name: now read-only" in problem for problem in problems), problems

@@ -26,7 +26,7 @@ from support.tcp_proxy import TcpProxy
 from app import SPEC_DIR
 from shopapi.contract import spec_files
 from shopapi.contract.operations import operations_of
-from shopapi.pipeline.attempt_limits import ATTEMPT_KINDS, AttemptGate, AttemptLimit
+from shopapi.pipeline.account_limits import ATTEMPT_KINDS, AttemptGate, AttemptLimit
 from shopapi.pipeline.forwarded import TrustedProxies
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, scaled, scaled_each
 

@@ -8,6 +8,7 @@ import re
 
 import pytest
 import yaml
+from support.contract_walk import follow_ref
 from support.live import ROOT
 
 SETUP = configparser.ConfigParser()
@@ -41,6 +42,32 @@ def test_the_changelog_starts_with_this_release():
     # Newest first, each number once.
     as_tuples = [tuple(map(int, release.split("."))) for release in releases]
     assert as_tuples == sorted(set(as_tuples), reverse=True)
+
+
+# The resources' schemas, whose fields a version may add to those of the version before.
+RESOURCES = ("ProductFields", "OrderFields", "OrderItem", "UserFields")
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_every_field_a_version_adds_is_in_the_changelog(anonymous, version):
+    """A field that a version shows beyond the version before (v2's `price`, v3's
+    `weight_grams`) is named in CHANGELOG.md, in code: what a client of that version gains."""
+
+    def fields(number: int) -> set[str]:
+        contract = anonymous.get(f"/v{number}/openapi.json").json()
+        schemas = contract["components"]["schemas"]
+        return {
+            name
+            for resource in RESOURCES
+            if resource in schemas
+            for name in follow_ref(contract, schemas[resource]).get("properties", {})
+        }
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    in_code = " ".join(re.findall(r"`[^`]+`", changelog))
+    added = fields(version) - fields(version - 1)
+    missing = sorted(name for name in added if not re.search(rf"\b{name}\b", in_code))
+    assert missing == [], f"v{version} adds these fields: name them in CHANGELOG.md"
 
 
 def test_the_declared_licence_is_shipped():

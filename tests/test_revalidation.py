@@ -3,10 +3,16 @@ once its handler has found the list's tag for a request, the same request by the
 answered from the versions of the tables that tag was made from, with what the handler would
 have answered. Anything else goes on to the handler."""
 
-import pytest
-from support.helpers import bearer, bearer_for, create_product, create_user
+import logging
 
+import pytest
+from support.contract_walk import operations
+from support.helpers import bearer, bearer_for, create_product, create_user, place_order
+
+from models import table_versions
 from shopapi.contract.validation import ParameterValidator
+from shopapi.events.worker import fan_out
+from shopapi.web import remembered_lists
 
 _VOLATILE = {"x-request-id", "date", "server"}
 
@@ -123,3 +129,53 @@ def test_a_list_whose_owner_is_gone_is_404_however_it_was_revalidated(client):
         assert client.get(url, headers=current).status_code == 304
     assert client.delete(f"/v1/users/{user['id']}").status_code == 204
     assert client.get(url, headers=current).status_code == 404
+
+
+# Tables that say when the others changed: every tagged list reads them, and shows nothing of them.
+_BOOKKEEPING = {"table_version", "owner_version"}
+
+
+def test_every_lists_tag_follows_every_table_its_request_reads(client, caplog, monkeypatch):
+    """Every list operation of every version (every expansion too): the tables its tag is made
+    from, which a revalidation is later answered from, include every listed table its request
+    read. A handler whose `load` or `fetch` reads a table it leaves out of `reads` fails here,
+    before a client is answered 304 for a list that changed."""
+    user = create_user(client)
+    product = create_product(client)
+    assert place_order(client, user, (product, 1)).status_code == 201
+    hook = {"url": "https://hooks.example.com/shopapi", "events": ["order.created"]}
+    webhook = client.post("/v1/webhooks", json=hook).json()
+    device = {"platform": "fcm", "token": "fGx1-example:APA91bH" + "x" * 140}
+    device = client.post(f"/v1/users/{user['id']}/devices", json=device).json()
+    fan_out()
+    ids = {"id": user["id"], "user_id": user["id"], "webhook_id": webhook["id"]}
+    ids["device_id"] = device["id"]
+    noted = []
+    monkeypatch.setattr(remembered_lists, "note", lambda tables, *_: noted.append(tables))
+
+    checked = []
+    for op in operations(client, versions=(1, 2, 3)):
+        if op.method != "GET" or not any(p["name"] == "sort" for p in op.query_parameters()):
+            continue
+        queries = [{}]
+        for parameter in op.query_parameters():
+            if parameter["name"] == "expand":
+                expansions = op.resolve(parameter["schema"]["items"])["enum"]
+                queries.append({"expand": ",".join(expansions)})
+        for query in queries:
+            noted.clear()
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="peewee"):
+                response = client.get(op.url(**ids), params=query)
+            assert response.status_code == 200, (op, query, response.text)
+            if not noted:
+                continue  # no tag made before the page: its body is hashed
+            read = set()
+            for record in caplog.records:
+                if record.name == "peewee" and isinstance(record.msg, tuple):
+                    read |= table_versions.tables_read_by(record.msg[0])
+            read = (read & table_versions.VERSIONED) - _BOOKKEEPING
+            tagged = {table.partition("@")[0] for table in noted[-1]}
+            assert read <= tagged, (str(op), query, sorted(read - tagged))
+            checked.append(f"{op} {query}")
+    assert len(checked) >= 20, checked

@@ -12,8 +12,8 @@ import yaml
 
 from app import SPEC_DIR
 from shopapi.contract import served, spec_files
-from shopapi.contract.list_language import expand
-from shopapi.pipeline.versions import SPEC_FILES
+from shopapi.contract.list_language import with_list_language
+from shopapi.contract.spec_files import SPEC_FILES
 
 SHARED = "components.yaml"
 # The files whose components/ a designer writes: the shared one and each version's.
@@ -22,7 +22,9 @@ WRITTEN = [SHARED, *SPEC_FILES.values()]
 
 def _served(spec_dir) -> dict[int, dict]:
     """Each version's `/v{n}/openapi.json` as the app makes it from the files in `spec_dir`."""
-    specs = {v: expand(spec_files.load(spec_dir / name)) for v, name in SPEC_FILES.items()}
+    specs = {
+        v: with_list_language(spec_files.load(spec_dir / name)) for v, name in SPEC_FILES.items()
+    }
     documents = served.documents(list(specs.values()))
     return {v: orjson.loads(documents[f"/v{v}/openapi.json"].plain[0]) for v in specs}
 

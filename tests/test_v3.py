@@ -2,6 +2,7 @@
 no /users/{id}/orders."""
 
 import logging
+import re
 
 import pytest
 from support.helpers import (
@@ -12,6 +13,9 @@ from support.helpers import (
     create_user,
     place_order,
 )
+
+from models import Product
+from models.db import database, is_postgresql
 
 V3 = {"Accept": "application/vnd.shopapi.v3+json"}
 
@@ -45,7 +49,8 @@ def test_v3_shows_money_as_v2_does(client):
     product = create_v3_product(client, price=_money("1250", "JPY"))
     assert product["price"] == _money("1250", "JPY")
     assert "price_cents" not in product
-    assert client.get(f"/v2/products/{product['id']}").json() == product
+    v2 = client.get(f"/v2/products/{product['id']}").json()
+    assert v2 == {name: product[name] for name in v2}  # and v3 shows fields of its own
     assert client.get(f"/v1/products/{product['id']}").json()["price_cents"] == 1250
 
 
@@ -400,3 +405,132 @@ def test_a_method_the_batch_does_not_take_is_405_naming_the_batchs_own(client):
     response = client.request("OPTIONS", "/v3/products/batch")
     assert response.status_code == 405
     assert response.headers["allow"] == "POST"
+
+
+# v3's own product field, `weight_grams`: stored, filtered and sorted in v3 alone; v1 and v2
+# neither show nor take it, and never reset it.
+
+
+def test_a_v3_product_has_a_weight_that_v1_and_v2_do_not_show(client):
+    product = create_v3_product(client, weight_grams=330)
+    assert product["weight_grams"] == 330
+    assert client.get(f"/v3/products/{product['id']}").json() == product
+    for version in (1, 2):
+        shown = client.get(f"/v{version}/products/{product['id']}").json()
+        assert "weight_grams" not in shown
+        listed = client.get(f"/v{version}/products").json()["data"]
+        assert all("weight_grams" not in item for item in listed)
+    # Not sent: not known.
+    assert create_v3_product(client, sku="CUP-001")["weight_grams"] is None
+
+
+def test_v3_shows_every_field_a_product_has(client):
+    """Every column of a product, money as v3 writes it (`price` for `price_cents` and
+    `currency`): a column added without its field in the spec would show nowhere."""
+    columns = set(Product._meta.sorted_field_names)
+    for name, (minor, currency) in Product.money_fields.items():
+        columns = columns - {minor.name, currency.name} | {name}
+    assert set(create_v3_product(client)) == columns
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_v1_and_v2_refuse_a_weight_as_an_unknown_field(client, version):
+    product = create_v3_product(client, weight_grams=330)
+    url = f"/v{version}/products/{product['id']}"
+    for response in (
+        client.patch(url, json={"weight_grams": 1}),
+        client.post(f"/v{version}/products", json={"sku": "NEW-1", "name": "N", "weight_grams": 1}),
+    ):
+        body = assert_problem(response, 400)
+        assert "weight_grams" in response.text, body
+    assert client.get(f"/v3/products/{product['id']}").json()["weight_grams"] == 330
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_v1_or_v2_put_or_patch_keeps_the_weight_it_cannot_see(client, version):
+    product = create_v3_product(client, weight_grams=330, category="kitchen")
+    url = f"/v{version}/products/{product['id']}"
+    seen = client.get(url).json()
+    replacement = {k: v for k, v in seen.items() if k not in ("id", "created_at", "updated_at")}
+    replacement |= {"name": "Big mug", "category": None}
+    replaced = client.put(url, json=replacement)
+    assert replaced.status_code == 200, replaced.text
+    assert client.patch(url, json={"stock": 4}).status_code == 200
+    after = client.get(f"/v3/products/{product['id']}").json()
+    assert (after["name"], after["category"], after["stock"]) == ("Big mug", None, 4)
+    assert after["weight_grams"] == 330
+    # v3's own PUT replaces every field it has: a weight left out is no longer known.
+    v3 = {k: after[k] for k in ("sku", "name", "price", "stock")}
+    assert client.put(f"/v3/products/{product['id']}", json=v3).json()["weight_grams"] is None
+
+
+def test_an_if_match_is_compared_with_the_tag_its_own_version_gave(client):
+    product = create_v3_product(client, weight_grams=330)
+    url = f"/products/{product['id']}"
+    v1_tag = client.get(f"/v1{url}").headers["etag"]
+    v3_tag = client.get(f"/v3{url}").headers["etag"]
+    assert v1_tag != v3_tag
+    stale = client.patch(f"/v1{url}", json={"stock": 1}, headers={"If-Match": v3_tag})
+    assert_problem(stale, 412)
+    fresh = client.patch(f"/v1{url}", json={"stock": 1}, headers={"If-Match": v1_tag})
+    assert fresh.status_code == 200, fresh.text
+
+
+def test_v3_filters_and_sorts_by_weight(client):
+    weights = {"A-1": 500, "B-1": None, "C-1": 20, "D-1": 330}
+    for sku, weight in weights.items():
+        create_v3_product(client, sku=sku, weight_grams=weight)
+
+    def skus(**params):
+        response = client.get("/v3/products", params=params)
+        assert response.status_code == 200, response.text
+        return [product["sku"] for product in response.json()["data"]]
+
+    assert skus(sort="weight_grams") == ["C-1", "D-1", "A-1", "B-1"]  # missing last
+    assert skus(sort="-weight_grams") == ["B-1", "A-1", "D-1", "C-1"]
+    assert skus(**{"weight_grams[gte]": 330}) == ["A-1", "D-1"]
+    assert skus(weight_grams="null") == ["B-1"]
+    assert skus(sort="weight_grams", per_page=1, fields="sku,weight_grams") == ["C-1"]
+    # Not a v1 or v2 filter or sort.
+    for version in (1, 2):
+        assert_problem(client.get(f"/v{version}/products", params={"weight_grams": 20}), 400)
+        assert_problem(client.get(f"/v{version}/products", params={"sort": "weight_grams"}), 400)
+
+
+def test_a_sort_by_weight_is_read_in_order_from_an_index(client, caplog):
+    if not is_postgresql():
+        pytest.skip("SQLite's plans are not held here: it is the small, embedded default")
+    for weight in (500, 20, 330):
+        create_v3_product(client, sku=f"W-{weight}", weight_grams=weight)
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        assert client.get("/v3/products?sort=-weight_grams&per_page=2").status_code == 200
+    (sql, params) = next(
+        record.msg
+        for record in reversed(caplog.records)
+        if isinstance(record.msg, tuple) and '"weight_grams" DESC' in record.msg[0]
+    )
+    with database.connection_context(), database.atomic():
+        database.execute_sql("SET LOCAL enable_sort = off")
+        database.execute_sql("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(row[0] for row in database.execute_sql(f"EXPLAIN {sql}", params))
+    assert "product_weight_grams_id" in plan, plan
+    assert not re.search(r"(?<!Incremental )Sort  \(", plan), plan
+
+
+def test_a_batch_writes_weights_and_replaces_them_as_put_does(client):
+    known = create_v3_product(client, sku="OLD-1", weight_grams=900)
+    batch = [_item("NEW-1", weight_grams=120), _item("OLD-1")]
+    data = client.post("/v3/products/batch", json={"products": batch}).json()["data"]
+    assert [p["weight_grams"] for p in data] == [120, None]
+    assert data[1]["id"] == known["id"]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_each_versions_events_show_the_product_in_its_own_form(client, version):
+    product = create_v3_product(client, weight_grams=330)
+    client.patch(f"/v1/products/{product['id']}", json={"stock": 2})
+    events = client.get(f"/v{version}/events", params={"type": "product.updated"}).json()
+    shown = client.get(f"/v{version}/products/{product['id']}").json()
+    (updated,) = events["data"]
+    assert updated["data"] == shown  # as that version's GET shows it: v1 and v2 without weight
+    assert ("weight_grams" in updated["data"]) == (version == 3)

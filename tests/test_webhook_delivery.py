@@ -30,11 +30,13 @@ from support.tls import self_signed_certificate
 
 from models import Delivery, DeliveryAttempt, Event, Webhook
 from models.db import database
+from shopapi.contract.shapes import served_event_shapes
 from shopapi.events import webhook_delivery, webhook_signatures, webhook_targets
 from shopapi.events.worker import fan_out
 from shopapi.settings import Settings
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHAPES = served_event_shapes()  # how each version shows an event, as the worker has them
 FAST = {
     "WEBHOOK_ALLOW_PRIVATE": "1",
     "DELIVERY_POLL_SECONDS": "0.05",
@@ -439,7 +441,9 @@ def test_a_resolver_that_does_not_answer_ends_the_attempt_at_its_deadline(monkey
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     webhook, event = _unsaved("https://partner.example/hook")
     try:
-        outcome = webhook_delivery.post(webhook, event, Settings(delivery_timeout_seconds=0.3))
+        outcome = webhook_delivery.post(
+            webhook, event, Settings(delivery_timeout_seconds=0.3), SHAPES
+        )
     finally:
         answering.set()
     assert outcome.status is None
@@ -708,7 +712,7 @@ def test_the_worker_refuses_a_name_that_resolves_to_any_such_address(monkeypatch
     errors = {}
     for address in RESOLVED_ADDRESSES:
         answer["address"] = address
-        errors[address] = webhook_delivery.post(webhook, event, Settings()).error
+        errors[address] = webhook_delivery.post(webhook, event, Settings(), SHAPES).error
     assert errors == {
         address: f"refused: partner.example resolves to {address}, {reason}"
         for address, reason in RESOLVED_ADDRESSES.items()
@@ -867,7 +871,7 @@ def _resolving(monkeypatch, name: str, address: str) -> None:
 def test_a_name_that_resolves_to_a_private_address_is_refused(monkeypatch):
     _resolving(monkeypatch, "partner.example", "10.1.2.3")
     webhook, event = _unsaved("https://partner.example/hook")
-    outcome = webhook_delivery.post(webhook, event, Settings(delivery_timeout_seconds=0.5))
+    outcome = webhook_delivery.post(webhook, event, Settings(delivery_timeout_seconds=0.5), SHAPES)
     assert outcome.status is None
     assert outcome.error == (
         "refused: partner.example resolves to 10.1.2.3, a private, loopback or reserved address"
@@ -880,7 +884,7 @@ def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch):
         _resolving(monkeypatch, "partner.example", "127.0.0.1")
         webhook, event = _unsaved(f"http://partner.example:{port}/hook?source=shop")
         settings = Settings(delivery_timeout_seconds=1, webhook_allow_private=True)
-        outcome = webhook_delivery.post(webhook, event, settings)
+        outcome = webhook_delivery.post(webhook, event, settings, SHAPES)
 
     assert outcome.status == 204
     [request] = receiver.requests
@@ -911,7 +915,7 @@ def test_https_checks_the_certificate_against_the_host_name(
         _resolving(monkeypatch, "partner.example", "127.0.0.1")
         webhook, event = _unsaved(f"https://partner.example:{port}/hook")
         settings = Settings(delivery_timeout_seconds=1, webhook_allow_private=True)
-        outcome = webhook_delivery.post(webhook, event, settings)
+        outcome = webhook_delivery.post(webhook, event, settings, SHAPES)
 
     if works:
         assert outcome.status == 200

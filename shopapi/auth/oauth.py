@@ -10,7 +10,7 @@ from urllib.parse import unquote_plus
 from models import OAuthClient, RefreshToken, Revocation, User
 from models.refresh_token import Issued, RefreshTokenReused
 from models.user import ROLE_SCOPES, SCOPES, normalised_email
-from shopapi.auth.attempts import limited_attempt
+from shopapi.auth.credential_attempts import limited_attempt
 from shopapi.auth.tokens import CREDENTIALS_VERSION, LOGIN, AccessTokens
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}

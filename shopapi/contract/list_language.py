@@ -1,10 +1,10 @@
-"""The list language, written into the contract: `expand` gives every `x-list-of` operation its
-filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md."""
+"""The list language, written into the contract: `with_list_language` gives every `x-list-of`
+operation its filter, `sort`, `fields` and `cursor` parameters. The rules: docs/contract.md."""
 
 import copy
 import re
 
-from shopapi.contract.operations import components, operation_objects, resolved
+from shopapi.contract.operations import components, merged, operation_objects
 
 ORDERED = ("lt", "lte", "gt", "gte")
 _MEANING = {
@@ -28,25 +28,13 @@ _NOT_TEXT_FORMATS = ("date-time", "date", "decimal")
 TEXT_FILTER_MAX_LENGTH = 1000
 
 
-def _resolve(schema: dict, spec: dict) -> dict:
-    """`schema` with its `$ref` followed and its `allOf` merged into one."""
-    schema = resolved(schema, spec)
-    if "allOf" not in schema:
-        return schema
-    merged = {}
-    for part in schema["allOf"]:
-        merged.update(_resolve(part, spec))
-    merged.update({k: v for k, v in schema.items() if k != "allOf"})
-    return merged
-
-
 def listed_properties(resource: dict, spec: dict) -> dict[str, dict]:
     """The properties a list shows: every one but the write-only, and those only `expand`
     brings (`x-expansion`: another resource, filtered in its own list). `spec`: the contract
     `resource` is a schema of, where its references lead."""
     properties = {}
     for name, schema in resource.get("properties", {}).items():
-        schema = _resolve(schema, spec)
+        schema = merged(schema, spec)
         if not schema.get("writeOnly") and "x-expansion" not in schema:
             properties[name] = schema
     return properties
@@ -196,7 +184,7 @@ def _component_name(resource: str, parameter: dict) -> str:
     return f"{resource}.{name}" + (f".{operator.rstrip(']')}" if operator else "")
 
 
-def expand(spec: dict) -> dict:
+def with_list_language(spec: dict) -> dict:
     """A copy of `spec` in which every `x-list-of` operation refers to the list language's
     parameters, declared once per listed resource under `components/parameters`."""
     spec = copy.deepcopy(spec)

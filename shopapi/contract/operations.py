@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 # The operation extensions that limit failed attempts of one kind per account (or per account
-# and address) in one or more windows (shopapi/pipeline/attempt_limits.py); the kind is the name
+# and address) in one or more windows (shopapi/pipeline/account_limits.py); the kind is the name
 # after the prefix.
 ATTEMPT_LIMIT_PREFIX = "x-rate-limit-"
 ATTEMPT_LIMITS = (
@@ -105,6 +105,19 @@ def resolved(node: dict, spec: dict) -> dict:
         path = node["$ref"].removeprefix("#/").split("/")
         node = functools.reduce(lambda parent, key: parent[key], path, spec)
     return node
+
+
+def merged(schema: dict, spec: dict) -> dict:
+    """`schema` with its `$ref` followed and its `allOf` merged into one (each part's keywords,
+    then its own)."""
+    schema = resolved(schema, spec)
+    if "allOf" not in schema:
+        return schema
+    whole = {}
+    for part in schema["allOf"]:
+        whole.update(merged(part, spec))
+    whole.update({k: v for k, v in schema.items() if k != "allOf"})
+    return whole
 
 
 def components(spec: dict, kind: str) -> dict:

@@ -13,6 +13,10 @@ import yaml
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The extension by which a spec replaces components of the files it takes from.
 REPLACES = "x-replaces-components"
+# Where the spec files are: spec/, beside the packages (in site-packages once installed).
+SPEC_DIR = pathlib.Path(__file__).resolve().parents[2] / "spec"
+# The API versions served, each from its spec file in spec/.
+SPEC_FILES = {1: "openapi.yaml", 2: "v2.yaml", 3: "v3.yaml"}
 
 
 def load(path: pathlib.Path) -> dict:

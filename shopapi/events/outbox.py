@@ -18,13 +18,14 @@ def record(
     owner_id: int | None = None,
     actor: Principal | None = None,
 ) -> None:
-    """Write the event `event_type` about `row`, with `represent(row)` in v1's form as its
-    snapshot. `owner_id`: the user it belongs to (who, besides admins, sees it); None for the
-    catalogue, which every product reader sees. `actor`: who acted, when not the request's
-    caller (the server itself, outside any request)."""
+    """Write the event `event_type` about `row`, with `represent(row)` as its snapshot: every
+    field, each version showing those it has (payloads.py). `owner_id`: the user it belongs to
+    (who, besides admins, sees it); None for the catalogue, which every product reader sees.
+    `actor`: who acted, when not the request's caller (the server itself, outside any
+    request)."""
     if not database.in_transaction():
         raise RuntimeError(f"{event_type} must be recorded in its change's transaction")
-    snapshot = getattr(represent, "__wrapped__", represent)(row)  # v1's form
+    snapshot = represent(row)
     principal = actor or current_principal()
     Event.create(
         type=event_type,
@@ -42,7 +43,6 @@ def record_each(events: list[tuple[str, object]], represent) -> None:
     a catalogue batch's thousand events in one write."""
     if not database.in_transaction():
         raise RuntimeError("events must be recorded in their change's transaction")
-    shown = getattr(represent, "__wrapped__", represent)
     principal = current_principal()
     now = utc_now()
     rows = [
@@ -54,7 +54,7 @@ def record_each(events: list[tuple[str, object]], represent) -> None:
             "owner_id": None,
             "actor_subject": principal.subject,
             "actor_user_id": principal.user_id,
-            "data": orjson.dumps(shown(row), option=OPTIONS).decode(),
+            "data": orjson.dumps(represent(row), option=OPTIONS).decode(),
         }
         for event_type, row in events
     ]

@@ -13,6 +13,7 @@ from shopapi.events.payloads import event_payload
 from shopapi.events.webhook_signatures import headers as signature_headers
 from shopapi.settings import Settings
 from shopapi.web.jsonifier import OPTIONS
+from shopapi.web.representations import Shape
 
 USER_AGENT = "shopapi-webhooks/1"
 
@@ -26,10 +27,16 @@ class Outcome:
     duration_ms: int
 
 
-def post(webhook: Webhook, event: Event, settings: Settings) -> Outcome:
-    """POST `event` to `webhook` once, within DELIVERY_TIMEOUT_SECONDS all told. Who acted is in
-    the payload only for a webhook whose owner is (now) an admin."""
-    payload = event_payload(event, webhook.api_version, shows_actor=webhook.owner_is_admin)
+def post(
+    webhook: Webhook, event: Event, settings: Settings, event_shapes: dict[int, Shape | None]
+) -> Outcome:
+    """POST `event` to `webhook` once, within DELIVERY_TIMEOUT_SECONDS all told, shown as the
+    version the webhook was registered through shows it (`event_shapes`, by version). Who acted
+    is in the payload only for a webhook whose owner is (now) an admin."""
+    payload = event_payload(event, shows_actor=webhook.owner_is_admin)
+    shape = event_shapes.get(webhook.api_version)
+    if shape is not None:
+        payload = shape(payload)
     body = orjson.dumps(payload, option=OPTIONS)
     sent = outbound.attempt(
         webhook.url,

@@ -23,6 +23,7 @@ from models import (
 from models.bounds import Bounds
 from models.db import close_connection, database, error_summary, open_database, use
 from models.delivery import Retries
+from shopapi.contract.shapes import served_event_shapes
 from shopapi.events import push, webhook_delivery
 from shopapi.events.push import outcomes, sending
 from shopapi.events.webhook_delivery import Outcome
@@ -66,8 +67,9 @@ def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_US
     return len(events)
 
 
-def deliver_one(settings: Settings, retries: Retries) -> bool:
-    """Attempt the next due delivery, if any; returns whether there was one."""
+def deliver_one(settings: Settings, retries: Retries, event_shapes: dict) -> bool:
+    """Attempt the next due delivery, if any, its event shown by `event_shapes` (each version's
+    shape of an event); returns whether there was one."""
     delivery = Delivery.claim_due(attempt_seconds=settings.delivery_timeout_seconds)
     if delivery is None:
         return False
@@ -81,7 +83,9 @@ def deliver_one(settings: Settings, retries: Retries) -> bool:
     try:
         reason = delivery.webhook.withheld(delivery.event)
         if reason is None:
-            outcome = webhook_delivery.post(delivery.webhook, delivery.event, settings)
+            outcome = webhook_delivery.post(
+                delivery.webhook, delivery.event, settings, event_shapes
+            )
         else:
             # Not attempted: failed, with the reason kept where the receiver's answer would be.
             outcome = Outcome(status=None, error=f"not sent: {reason}", duration_ms=0)
@@ -200,9 +204,10 @@ def start(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
     timeout = settings.delivery_timeout_seconds
     per_owner = max(1, settings.delivery_threads // 4)
     jobs = {"fan-out": lambda: fan_out(pushing, settings.push_devices_per_user) > 0}
+    event_shapes = served_event_shapes()
 
     def deliver() -> bool:
-        delivered = deliver_one(settings, retries)
+        delivered = deliver_one(settings, retries, event_shapes)
         pushed = pushing and push_one(senders, retries, timeout, per_owner)
         return delivered or pushed
 

@@ -1,6 +1,6 @@
 """`GET /events/stream` answered here, before Flask: Server-Sent Events fed by this process's
-poller (shopapi/events/stream.py), so that a waiting stream holds neither a Flask thread nor a
-database connection. Design: docs/pipeline.md and docs/events.md."""
+poller (shopapi/events/stream_poller.py), so that a waiting stream holds neither a Flask thread
+nor a database connection. Design: docs/pipeline.md and docs/events.md."""
 
 import asyncio
 import contextlib
@@ -16,12 +16,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from models import Event
 from shopapi.auth.security import EXPIRES_AT, Principal, revocable
 from shopapi.events.payloads import event_payload, readable_resource_types
-from shopapi.events.stream import BATCH, EventStreams, StreamsFull, Subscription
+from shopapi.events.stream_poller import BATCH, EventStreams, StreamsFull, Subscription
 from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.request_facts import caller_of, operation_of
 from shopapi.telemetry import metrics
 from shopapi.web.jsonifier import OPTIONS
-from shopapi.web.representations import version_of
+from shopapi.web.representations import Shape, version_of
 
 log = logging.getLogger("shopapi.events.stream")
 
@@ -46,10 +46,17 @@ class EventStreamMiddleware:
     OPERATION_ID = OPERATION_ID
 
     def __init__(
-        self, app: ASGIApp, streams: EventStreams, heartbeat_seconds: float, max_seconds: float
+        self,
+        app: ASGIApp,
+        streams: EventStreams,
+        heartbeat_seconds: float,
+        max_seconds: float,
+        event_shapes: dict[int, Shape | None],
     ):
+        """`event_shapes`: how each version shows an event (shopapi/contract/shapes.py)."""
         self.app = app
         self.streams = streams
+        self.event_shapes = event_shapes
         self.heartbeat_seconds = heartbeat_seconds
         self.max_seconds = max_seconds
 
@@ -78,7 +85,8 @@ class EventStreamMiddleware:
             # The poller offers this stream what comes after its head, which may be past `start`:
             # a new poller's first head is read after the stream's start, maybe after a write.
             catch_up_to = await self.streams.current_head()
-            stream = _Stream(scope, send, principal, subscription)
+            shape = self.event_shapes[version_of(scope)]
+            stream = _Stream(send, principal, subscription, shape)
             await stream.run(self, start, catch_up_to, receive, deadline)
         finally:
             metrics.EVENT_STREAMS.dec()
@@ -114,11 +122,13 @@ class _Stream:
     """One response: the events after where it starts, caught up from the database when the
     client resumes, then live ones, in id order, with a heartbeat while there are none."""
 
-    def __init__(self, scope: Scope, send: Send, principal: Principal, subscription: Subscription):
+    def __init__(
+        self, send: Send, principal: Principal, subscription: Subscription, shape: Shape | None
+    ):
         self.send = send
         self.principal = principal
         self.subscription = subscription
-        self.version = version_of(scope)
+        self.shape = shape  # the request's version's of an event
 
     async def run(
         self, layer: EventStreamMiddleware, start: int, catch_up_to: int, receive, deadline: float
@@ -191,7 +201,9 @@ class _Stream:
         if event.id <= self.last:  # caught up already, or before where the client resumed
             return b""
         self.last = event.id
-        payload = event_payload(event, self.version, shows_actor=self.principal.is_admin)
+        payload = event_payload(event, shows_actor=self.principal.is_admin)
+        if self.shape is not None:
+            payload = self.shape(payload)
         head = f"id: {event.id}\nevent: {event.type}\ndata: ".encode()
         return head + orjson.dumps(payload, option=OPTIONS) + b"\n\n"
 

@@ -11,8 +11,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shopapi.auth.security import CREDENTIAL_HEADERS
 from shopapi.contract.operations import Operation, Operations
+from shopapi.pipeline.account_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.address_groups import address_group
-from shopapi.pipeline.attempt_limits import declared_attempt_limits, open_gate
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled
 from shopapi.pipeline.read_routing import READ_METHODS
 from shopapi.pipeline.request_facts import caller_of, client_address, operation_of, revalidates

@@ -1,6 +1,6 @@
 """A list revalidated (`If-None-Match`) as before, answered 304 here rather than by Flask: the
 same request by the same caller, whose handler made the list's tag from the versions of the
-tables it reads (shopapi/web/revalidations.py), gets the same tag while those versions stand.
+tables it reads (shopapi/web/remembered_lists.py), gets the same tag while those versions stand.
 Why that is the handler's own answer: docs/pipeline.md."""
 
 import hashlib
@@ -13,14 +13,14 @@ from models.db import database
 from shopapi.auth.security import Principal
 from shopapi.internals import connexion as connexion_internals
 from shopapi.pipeline.request_facts import operation_of, revalidates
-from shopapi.web import revalidations
+from shopapi.web import remembered_lists
 from shopapi.web.representations import version_of
 
 
 class RevalidationMiddleware:
     def __init__(self, app: ASGIApp):
         self.app = app
-        self.revalidations = revalidations.Revalidations()
+        self.remembered = remembered_lists.RememberedLists()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         operation = operation_of(scope) if scope["type"] == "http" else None
@@ -30,11 +30,11 @@ class RevalidationMiddleware:
             return
         condition = _header(scope, b"if-none-match")
         request = _request_of(scope, operation.id, Principal.of(token_info))
-        known = self.revalidations.get(request)
+        known = self.remembered.get(request)
         # The tag exactly as the handler gave it: validation has not read this header yet.
         if known is not None and condition.strip(" \t") == known.tag:
             versions = await off_loop.run(_versions_of, known.tables)
-            if versions is not None and revalidations.digest_of(versions) == known.versions:
+            if versions is not None and remembered_lists.digest_of(versions) == known.versions:
                 await send(
                     {
                         "type": "http.response.start",
@@ -44,11 +44,11 @@ class RevalidationMiddleware:
                 )
                 await send({"type": "http.response.body", "body": b""})
                 return
-        noting = revalidations.current.set((self.revalidations, request))
+        noting = remembered_lists.current.set((self.remembered, request))
         try:
             await self.app(scope, receive, send)
         finally:
-            revalidations.current.reset(noting)
+            remembered_lists.current.reset(noting)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

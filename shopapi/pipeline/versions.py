@@ -11,9 +11,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopapi.web.problems import problem_body
 
-# The versions served, each from its spec file in spec/.
-SPEC_FILES = {1: "openapi.yaml", 2: "v2.yaml", 3: "v3.yaml"}
-
 _VENDOR_TYPE = re.compile(r"application/vnd\.shopapi\.v(\d{1,4})\+json")
 _VERSION_PARAMETER = re.compile(r"\d{1,4}")
 _VERSIONED_PATH = re.compile(r"/v(\d{1,4})(?:/|$)")

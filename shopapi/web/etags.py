@@ -12,6 +12,7 @@ from connexion.exceptions import ProblemException
 
 from models.db import database
 from shopapi.web.jsonifier import OPTIONS
+from shopapi.web.representations import shown_as_at_its_path
 
 # The jsonifier's rendering (compact, times as clients see them) with sorted keys, so that equal
 # representations hash alike in whatever order a handler built them.
@@ -81,7 +82,8 @@ class PreconditionFailed(ProblemException):
 
 def if_match(row, represent):
     """`row`, when the request's If-Match (if it has one) matches the strong ETag of
-    `represent(row)`; otherwise PreconditionFailed, before anything changes.
+    `represent(row)` as the request's version shows it at its path (its GET's tag); otherwise
+    PreconditionFailed, before anything changes.
 
     `row` must have been read locked (BaseModel.get_for_update) inside the transaction that
     `conditional` opens for a request with If-Match, and be changed in it. A missing or
@@ -93,7 +95,7 @@ def if_match(row, represent):
     if not database.in_transaction():
         # The check would not hold until the change: the operation must declare If-Match.
         raise RuntimeError("If-Match checked outside a transaction: declare it in the spec")
-    if not matches_strongly(field_value, tag_of(represent(row))):
+    if not matches_strongly(field_value, tag_of(shown_as_at_its_path(represent(row)))):
         raise PreconditionFailed(type(row).__name__.lower())
     return row
 

@@ -17,7 +17,7 @@ from models.db import database
 from shopapi.auth.security import current_principal
 from shopapi.internals import connexion as connexion_internals
 from shopapi.internals import peewee as peewee_internals
-from shopapi.web import counts, cursors, etags, representations, revalidations
+from shopapi.web import counts, cursors, etags, remembered_lists, representations
 from shopapi.web.configured import configured
 from shopapi.web.problems import ValidationProblem
 
@@ -158,7 +158,8 @@ def keyset_after(keys, position):
 
 
 class ListRequest:
-    """One list request: its filters, sort keys, page or cursor, and fields."""
+    """One list request: its filters, sort keys, and page or cursor. (Its `fields` are selected
+    from the answer as its version shows it: shopapi/contract/resolver.py.)"""
 
     def __init__(self, model: type[peewee.Model], params: dict):
         columns = columns_of(model)
@@ -187,7 +188,6 @@ class ListRequest:
         self.cursor = params.get("cursor")
         if self.page is not None and self.cursor is not None:
             raise _bad("cursor", "cannot be combined with page: a cursor already says where")
-        self.fields = params["fields"].split(",") if params.get("fields") else None
 
     @functools.cached_property
     def binding(self) -> str:
@@ -272,7 +272,6 @@ def list_response(
     fetch=list,
     load=list,
     reads=(),
-    kept=(),
     owners: tuple[int, ...] | None = None,
 ):
     """The handler's answer for a list of `query` (rows of `model`) under the request's
@@ -281,8 +280,7 @@ def list_response(
     prefetch), runs it and loads them. `reads` names the other models those and `represent`
     read, and those the handler read before (the parent whose list it is): every read of the
     request's is in the list's tag, which a revalidation is answered from
-    (shopapi/pipeline/revalidation.py). `kept`: top-level fields that `fields` does not select
-    away (what the request expanded). `owners`: the users whose rows alone `query` reads, when
+    (shopapi/pipeline/revalidation.py). `owners`: the users whose rows alone `query` reads, when
     it is narrowed to them (table_versions.NO_ONE for the rows of no one that it reads too):
     the tag then moves with those rows, not with everyone's."""
     request = ListRequest(model, params)
@@ -298,7 +296,7 @@ def list_response(
     own_fetch = fetch is not list or load is not list
     tables, versions, tag = _unchanged_since(statement, own_fetch, reads, asked_count, owners)
     if tag is not None:
-        revalidations.note(tables, versions, tag)
+        remembered_lists.note(tables, versions, tag)
         if etags.revalidated(tag):
             return None, 304, {"ETag": tag}
 
@@ -347,11 +345,7 @@ def list_response(
             links["next"] = _link(cursor=next_cursor)
     meta["next_cursor"] = next_cursor
 
-    data = [represent(row) for row in rows]
-    if request.fields:
-        selected = [*request.fields, *(name for name in kept if name not in request.fields)]
-        data = [{name: item[name] for name in selected} for item in data]
-    body = {"data": data, "meta": meta, "links": links}
+    body = {"data": [represent(row) for row in rows], "meta": meta, "links": links}
     headers = {
         "Link": ", ".join(f'<{url}>; rel="{rel}"' for rel, url in links.items() if rel != "self")
     }

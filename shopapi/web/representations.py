@@ -1,14 +1,25 @@
-"""What differs between API versions: how a resource is shown and read. A handler's `represent`
-gives v1's representation; `versioned` turns it into the request's version's. More: docs/web.md."""
-
-import functools
+"""How each API version shows and reads a resource. A handler gives every field of a row (money in
+minor units beside its currency); a `Shape`, built once per operation from its version's
+contract (shopapi/contract/shapes.py), shows what that version has, and a `Reading` reads a body
+sent in that version into the handler's form. More: docs/web.md."""
 
 import connexion
+import flask
 
 from models import money
+from models.base import Written
 from models.errors import InvalidReference
 
-_MINOR_UNITS = "_cents"
+# A money field `price` is stored as `price_cents`, in the currency of its object (or of the
+# enclosing one: an order's items take the order's).
+MINOR_UNITS = "_cents"
+
+# The kinds of step of a Shape, each (kind, name, argument).
+COPY = "copy"  # the field as it is
+MONEY = "money"  # {amount, currency} from `<name>_cents` (the argument) and the currency
+EACH = "each"  # a list of objects, each shown by the argument (a Shape)
+NESTED = "nested"  # an object shown by the argument (a Shape)
+BY_KIND = "by kind"  # an object shown by the Shape the argument maps its sibling's value to
 
 
 def current_version() -> int:
@@ -23,36 +34,82 @@ def version_of(scope) -> int:
     return int(scope["state"]["api_version"])
 
 
-def _money_shown(fields: dict, currency: str | None = None) -> dict:
-    """v2's form of a v1 representation: each `<name>_cents` becomes `<name>` with the
-    currency of its object (or of the enclosing one: an order's items), which then goes."""
-    currency = fields.get("currency", currency)
-    has_money = any(name.endswith(_MINOR_UNITS) for name in fields)
-    shown = {}
-    for name, value in fields.items():
-        if name.endswith(_MINOR_UNITS):
-            price = {"amount": money.amount(value, currency), "currency": currency}
-            shown[name.removesuffix(_MINOR_UNITS)] = price
-        elif name == "currency" and has_money:
-            continue
-        elif isinstance(value, list):
-            shown[name] = [_money_shown(v, currency) if isinstance(v, dict) else v for v in value]
-        else:
-            shown[name] = value
-    return shown
+class Shape:
+    """How one version shows an object: the fields its schema has, in the schema's order (a
+    closed schema, `additionalProperties: false`, shows no other), money as `{amount,
+    currency}`. A field the object lacks is left out (what `expand` did not bring)."""
+
+    def __init__(self, steps: list[tuple[str, str, object]], closed: bool):
+        self.steps = steps
+        self.closed = closed
+        # Only fields as they are: one comprehension does it.
+        self.names = tuple(name for kind, name, _ in steps if kind == COPY)
+        if len(self.names) < len(steps):
+            self.names = None
+
+    def __call__(self, source: dict, currency: str | None = None) -> dict:
+        if self.names is not None and self.closed:
+            return {name: source[name] for name in self.names if name in source}
+        currency = source.get("currency", currency)
+        shown = {} if self.closed else dict(source)
+        for kind, name, argument in self.steps:
+            if kind == MONEY:
+                if argument in source:
+                    minor = source[argument]
+                    shown[name] = (
+                        None
+                        if minor is None
+                        else {"amount": money.amount(minor, currency), "currency": currency}
+                    )
+                continue
+            if name not in source:
+                continue
+            value = source[name]
+            if value is None or kind == COPY:
+                shown[name] = value
+            elif kind == EACH:
+                shown[name] = [argument(item, currency) for item in value]
+            elif kind == NESTED:
+                shown[name] = argument(value, currency)
+            else:  # BY_KIND: (the sibling, {its value: Shape})
+                sibling, shapes = argument
+                shape = shapes.get(source.get(sibling))
+                shown[name] = value if shape is None else shape(value)
+        return shown
 
 
-def _money_read(body: dict, at: str = "") -> dict:
-    """v1's form of a v2 request body: `price: {amount, currency}` becomes `price_cents` and
-    `currency`. `at`: where the body is in the request's (`/products/3`), for errors."""
-    read = {}
-    for name, value in body.items():
-        if isinstance(value, dict) and value.keys() == {"amount", "currency"}:
-            read[f"{name}{_MINOR_UNITS}"] = _minor_units(value, f"{at}/{name}")
-            read["currency"] = value["currency"]
-        else:
-            read[name] = value
-    return read
+def selected(page: dict, fields: str, kept: tuple[str, ...]) -> dict:
+    """A list's page with only the named top-level `fields` of each item (the list language's
+    `fields`), and the `kept` ones (what `expand` brought) wherever an item has them."""
+    names = fields.split(",")
+    names += [name for name in kept if name not in names]
+    page["data"] = [{name: item[name] for name in names if name in item} for item in page["data"]]
+    return page
+
+
+class Reading:
+    """How a body sent in one version becomes the handler's: each money field (`price:
+    {amount, currency}`) as minor units and `currency`, lists of objects read item by item; as
+    a `Written`, with every field the version lets a client write."""
+
+    def __init__(self, money_fields: tuple[str, ...], each: dict, writable: frozenset[str]):
+        self.money_fields = money_fields
+        self.each = each
+        self.writable = writable
+
+    def __call__(self, body: dict, at: str = "") -> Written:
+        """`body`, where `at` (a JSON pointer: `/products/3`) is in the request's, for errors."""
+        read = Written(body, self.writable)
+        for name in self.money_fields:
+            if name in read:
+                value = read.pop(name)
+                read[f"{name}{MINOR_UNITS}"] = _minor_units(value, f"{at}/{name}")
+                read["currency"] = value["currency"]
+        for name, reading in self.each.items():
+            if name in read:
+                items = enumerate(read[name])
+                read[name] = [reading(item, f"{at}/{name}/{n}") for n, item in items]
+        return read
 
 
 def _minor_units(value: dict, where: str) -> int:
@@ -85,30 +142,8 @@ def _bad_amount(where: str, detail: str) -> InvalidReference:
     return InvalidReference(f"{where}/amount", detail)
 
 
-# How each version after v1 changes v1's representations: (shown, read). v3 shows money as v2.
-_CHANGES = {2: (_money_shown, _money_read), 3: (_money_shown, _money_read)}
-
-
-def in_version(fields: dict, version: int) -> dict:
-    """v1's representation `fields` as `version` shows it."""
-    change = _CHANGES.get(version)
-    return change[0](fields) if change else fields
-
-
-def versioned(represent):
-    """Decorates a handler's `represent(row) -> dict` (v1's representation) to give the
-    representation of the request's version. The undecorated function stays reachable as
-    `represent.__wrapped__` (the events' snapshots are v1's)."""
-
-    @functools.wraps(represent)
-    def shown(row) -> dict:
-        return in_version(represent(row), current_version())
-
-    return shown
-
-
-def read(body, at: str = ""):
-    """A request body (or the part of one `at` a JSON pointer) in v1's form, whichever version
-    it was sent in."""
-    change = _CHANGES.get(current_version())
-    return change[1](body, at) if change and isinstance(body, dict) else body
+def shown_as_at_its_path(representation: dict) -> dict:
+    """`representation` as the request's version shows the resource at the request's path (as
+    its `GET` does): what an If-Match's tag is of, whatever the method."""
+    shape = flask.g.get("resource_shape")
+    return representation if shape is None else shape(representation)

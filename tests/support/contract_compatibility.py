@@ -21,8 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script too
 
 from shopapi.contract import spec_files  # noqa: E402
-from shopapi.contract.list_language import expand  # noqa: E402
-from shopapi.pipeline.versions import SPEC_FILES  # noqa: E402
+from shopapi.contract.list_language import with_list_language  # noqa: E402
+from shopapi.contract.spec_files import SPEC_FILES  # noqa: E402
 from support.contract_walk import Resolver  # noqa: E402
 
 SPEC_DIR = ROOT / "spec"
@@ -97,9 +97,14 @@ def _narrowed_input(where: str, old: dict, new: dict, sides) -> list[str]:
         problems.append(f"{where}: null no longer accepted")
     old_properties, new_properties = old.get("properties", {}), new.get("properties", {})
     for name, schema in old_properties.items():
+        if sides.old(schema).get("readOnly"):
+            continue  # never sent (an answer's field, a v3 order item's expanded product)
         if name not in new_properties:
             if new.get("additionalProperties") is False:
                 problems.append(f"{where}.{name}: no longer accepted")
+            continue
+        if sides.new(new_properties[name]).get("readOnly"):
+            problems.append(f"{where}.{name}: now read-only")
             continue
         problems += _narrowed_input(f"{where}.{name}", schema, new_properties[name], sides)
     for name in set(new.get("required", [])) - set(old.get("required", [])):
@@ -119,6 +124,8 @@ def _narrowed_output(where: str, old: dict, new: dict, sides) -> list[str]:
         problems.append(f"{where}: may now be null")
     old_properties, new_properties = old.get("properties", {}), new.get("properties", {})
     for name, schema in old_properties.items():
+        if sides.old(schema).get("writeOnly"):
+            continue  # never answered (a password)
         if name not in new_properties:
             problems.append(f"{where}.{name}: removed")
             continue
@@ -227,7 +234,7 @@ def served_contract(version: int, spec_dir: pathlib.Path = SPEC_DIR) -> dict:
     """Version `version`'s contract as clients see it: its spec file in `spec_dir` bundled by
     the app's own bundler (each version takes the shared components of components.yaml, v2 and
     v3 parts of others), the list language expanded."""
-    return expand(spec_files.load(spec_dir / SPEC_FILES[version]))
+    return with_list_language(spec_files.load(spec_dir / SPEC_FILES[version]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Attempts at an account's credentials that its limits count (a wrong password, an email that
 belongs to another user): the handler names the account as it makes the attempt. Here, so that
 handlers and the token endpoint reach it from auth/; the counting is the pipeline's
-(shopapi/pipeline/attempt_limits.py), which opens the request's gate. Design: docs/pipeline.md."""
+(shopapi/pipeline/account_limits.py), which opens the request's gate. Design: docs/pipeline.md."""
 
 import contextlib
 from collections.abc import Iterator

@@ -28,7 +28,7 @@ def digest_of(versions: str) -> bytes:
     return hashlib.blake2b(versions.encode(), digest_size=16).digest()
 
 
-class Revalidations:
+class RememberedLists:
     def __init__(self, max_known: int = MAX_KNOWN):
         self._known: collections.OrderedDict[bytes, Known] = collections.OrderedDict()
         self._tables: dict[frozenset[str], frozenset[str]] = {}
@@ -56,7 +56,7 @@ class Revalidations:
 
 # The revalidating request being handled, and where to note what it found (set by the pipeline;
 # the request's Flask thread runs in a copy of its context).
-current: contextvars.ContextVar[tuple[Revalidations, bytes] | None] = contextvars.ContextVar(
+current: contextvars.ContextVar[tuple[RememberedLists, bytes] | None] = contextvars.ContextVar(
     "revalidation", default=None
 )
 
@@ -66,5 +66,5 @@ def note(tables: frozenset[str], versions: str, tag: str) -> None:
     revalidates."""
     revalidating = current.get()
     if revalidating is not None:
-        revalidations, request = revalidating
-        revalidations.note(request, tables, versions, tag)
+        remembered, request = revalidating
+        remembered.note(request, tables, versions, tag)

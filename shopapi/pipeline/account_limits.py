@@ -1,6 +1,7 @@
 """Failed attempts per account (`x-rate-limit-failed-login-per-account`, ...): the handler names
-the account as it makes the attempt (`limited_attempt`, shopapi/auth/attempts.py), so the count
-is of exactly what it checks, wherever the requests come from. Design: docs/pipeline.md."""
+the account as it makes the attempt (`limited_attempt`, shopapi/auth/credential_attempts.py), so
+the count is of exactly what it checks, wherever the requests come from. Design:
+docs/pipeline.md."""
 
 import asyncio
 import concurrent.futures
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import limits
 from starlette.types import Scope
 
-from shopapi.auth.attempts import Attempt
+from shopapi.auth.credential_attempts import Attempt
 from shopapi.contract.operations import Operations
 from shopapi.pipeline.address_groups import address_group
 from shopapi.pipeline.limit_counter import LimitCounter, TooManyRequests, Usage, scaled_each
