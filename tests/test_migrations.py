@@ -140,14 +140,6 @@ def test_make_migrate_creates_a_postgresql_database_that_does_not_exist(
         admin.close_all()
 
 
-@pytest.mark.parametrize(
-    ("database_url", "says"),
-    [
-        ("postgresql://postgres@127.0.0.1:1/shop", "cannot connect to DATABASE_URL"),
-        ("postgresql://postgres@127.0.0.1:5432/", "DATABASE_URL names no database"),
-        ("mysql://shop@db/shop", "DATABASE_URL"),
-    ],
-)
 @pytest.mark.slow
 def test_check_names_the_pending_migrations_and_migrates_nothing(
     database_url, direct_database_url, tmp_path
