@@ -73,9 +73,13 @@ ONLY = {"v2": r"^/(products|orders|users/\{id\}/orders)", "v3": r"^/(products|or
 # deleting one, which also needs it cancelled (tests/test_orders.py covers them); a
 # webhook's deliveries, which need an event the webhook takes (tests/test_webhooks.py covers
 # them); and a device's own operations, which need one registered within the run for an
-# existing user (tests/test_devices.py covers them).
+# existing user (tests/test_devices.py covers them). And a product replaced with money in an
+# object: `Money` has one decimal pattern for every currency, so that client tools can fill it,
+# and the server refuses (422) an amount with more decimals than its currency has, which most
+# generated pairs have (tests/test_versions.py covers every currency's bounds).
 EXPECTED_WARNINGS = {
     "Schema validation mismatch": {
+        "PUT /products/{id}",
         "POST /oauth/token",
         "POST /orders",
         "POST /api-keys",
