@@ -45,8 +45,8 @@ def measure(server: load.Server, data: pathlib.Path) -> dict:
             [server], data, "mix_v3", seconds, rate=round(rate * fraction),
             connections=load.open_connections(rate * fraction),
         )  # fmt: skip
-        steps[fraction] = load._step(fraction, rate, run)
-        load.say(load._step_line(steps[fraction]))
+        steps[fraction] = load.step_of(fraction, rate, run)
+        load.say(load.step_line(steps[fraction]))
     low, high, over = steps[0.2], steps[0.7], steps[2.0]
     base = low["latency_ms"]["p50"]
     return {

@@ -573,12 +573,12 @@ def step_load(shopapi: Server, data, saturated: float) -> list[dict]:
         rate = round(saturated * fraction)
         seconds = OVERLOAD_SECONDS if fraction > 1 else STEP_SECONDS
         run = wrk([shopapi], data, "mix_v3", seconds, rate=rate, connections=open_connections(rate))
-        steps.append(_step(fraction, saturated, run))
-        say(_step_line(steps[-1]))
+        steps.append(step_of(fraction, saturated, run))
+        say(step_line(steps[-1]))
     return steps
 
 
-def _step(fraction: float, saturated: float, run: dict) -> dict:
+def step_of(fraction: float, saturated: float, run: dict) -> dict:
     """A step as load.json gives it: besides wrk()'s summary, the latencies of every answer and
     of the 2xx alone, and what went wrong: below saturation any answer but a 2xx; past it any
     answer but a 2xx or a 503 with Retry-After."""
@@ -597,7 +597,7 @@ def _step(fraction: float, saturated: float, run: dict) -> dict:
     }
 
 
-def _step_line(step: dict) -> str:
+def step_line(step: dict) -> str:
     every, ok = step["latency_ms"], step["latency_ok_ms"]
     return (
         f"  {step['fraction']:.1f} offered {step['offered_rate']:5d}/s: "
