@@ -88,7 +88,8 @@ def delete_device(user_id, id):
 
 
 def list_device_deliveries(user_id, device_id, **params):
-    deliveries = PushDelivery.select().where(PushDelivery.device == _device(user_id, device_id))
+    device = _device(user_id, device_id)
+    deliveries = PushDelivery.select().where(PushDelivery.device == device)
     fetch = with_attempts(PushAttempt)
     return list_response(
         PushDelivery,
@@ -97,6 +98,7 @@ def list_device_deliveries(user_id, device_id, **params):
         represent_delivery,
         fetch=fetch,
         reads=(PushAttempt, Device, User),  # and the device and its user, read first
+        owners=(device.user_id,),  # its tag moves with that user's deliveries alone
     )
 
 

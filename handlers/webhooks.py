@@ -121,7 +121,11 @@ def delete_webhook(id):
 
 
 def list_webhook_deliveries(webhook_id, **params):
-    deliveries = Delivery.select().where(Delivery.webhook == _webhook(webhook_id))
+    webhook = _webhook(webhook_id)
+    deliveries = Delivery.select().where(Delivery.webhook == webhook)
+    # A partner's webhook: its tag moves with that partner's deliveries alone (an admin's
+    # webhook, which no one owns, with everyone's).
+    owners = None if webhook.owner_id is None else (webhook.owner_id,)
     return list_response(
         Delivery,
         deliveries,
@@ -129,6 +133,7 @@ def list_webhook_deliveries(webhook_id, **params):
         represent_delivery,
         fetch=with_attempts(DeliveryAttempt),
         reads=(DeliveryAttempt, Webhook),  # and the webhook, read first
+        owners=owners,
     )
 
 

@@ -163,12 +163,15 @@ class PushDelivery(LeasedDelivery):
         `devices_per_user` of them (in the fan-out's transaction). `events` are those that
         notify someone."""
         devices = Device.active_of({event.owner_id for event in events}, devices_per_user)
-        rows = [
-            {"device": device.id, "event": event.id}
+        # Owner by owner: each delivery moves its owner's counter (m0018), which two fan-outs
+        # then take in the same order.
+        owned = sorted(
+            (event.owner_id, device.id, event.id)
             for event in events
             for device in devices.get(event.owner_id, ())
-        ]
-        if rows:
+        )
+        if owned:
+            rows = [{"device": device, "event": event} for _, device, event in owned]
             cls.insert_many(rows).execute()
 
     @classmethod

@@ -1,6 +1,6 @@
 """Each listed table's change counter (models/migrations/m0012_table_versions.py): the triggers
 move it in the transaction of every write to the table, so while it stands still, so does
-whatever was read from the table. Some tables are also counted per owner (m0015, m0016):
+whatever was read from the table. Some tables are also counted per owner (m0015, m0016, m0018):
 `order@7` is user 7's orders alone. Read where the list reads (models/routing.py)."""
 
 import re
@@ -28,8 +28,22 @@ VERSIONED = frozenset(
         "push_attempt",
     }
 )
-# The tables also counted per owner (m0015, m0016), whose rows each belong to one user.
-OWNED = frozenset({"order", "order_item", "user", "device", "webhook", "event"})
+# The tables also counted per owner (m0015, m0016, m0018), whose rows each belong to one user
+# (a delivery and its attempts to its webhook's or its device's).
+OWNED = frozenset(
+    {
+        "order",
+        "order_item",
+        "user",
+        "device",
+        "webhook",
+        "event",
+        "delivery",
+        "delivery_attempt",
+        "push_delivery",
+        "push_attempt",
+    }
+)
 # The owner whose counter counts the rows of no one that every viewer sees (the catalogue's
 # events, m0016): an id no user has, and not 0, which credentials acting for no user are
 # given as theirs (they own nothing).

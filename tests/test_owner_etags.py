@@ -5,6 +5,9 @@ Answered before the rows are read, as every list tag is."""
 
 from support.helpers import bearer, bearer_for, create_product, create_user, place_order
 
+from models import Delivery, DeliveryAttempt, PushAttempt, PushDelivery
+from models.db import database
+from models.delivery import Retries
 from shopapi.events.worker import fan_out
 
 
@@ -54,7 +57,6 @@ def test_an_admins_list_still_moves_with_everyones_orders(app, client):
 
 
 def _tag(caller, path: str) -> str:
-    # The event feed, devices and webhooks declare no If-None-Match: their tags are compared.
     response = caller.get(path)
     assert response.status_code == 200, response.text
     return response.headers["etag"]
@@ -167,3 +169,113 @@ def test_others_webhooks_leave_a_partners_webhook_list_tag_and_its_own_move_it(a
 
     as_partner.post("/v1/webhooks", json=hook)
     assert _tag(as_partner, "/v1/webhooks") != tags[0]
+
+
+def _attempted(model, attempt_model, delivery_id: int) -> None:
+    """The worker's record of a failed attempt at a delivery (none is sent from a test)."""
+    with database.atomic():
+        delivery = model.get_by_id(delivery_id)
+        outcome = {"duration_ms": 5, "response_status": 500, "error": None}
+        delivery.record_attempt(attempt_model, outcome, lambda number: "retry", Retries(5, 1.0))
+
+
+def _revalidated_by(caller, path: str, tag: str) -> int:
+    return caller.get(path, headers={"If-None-Match": tag}).status_code
+
+
+def test_others_deliveries_leave_a_partners_delivery_list_tag_and_its_own_move_it(app, client):
+    partner, other = create_user(client, role="partner"), create_user(client, role="partner")
+    as_partner, as_other = app.test_client(), app.test_client()
+    as_partner.headers.update(bearer_for(partner))
+    as_other.headers.update(bearer_for(other))
+    hook = {"url": "https://hooks.example.com/owned", "events": ["product.created"]}
+    mine = as_partner.post("/v1/webhooks", json=hook).json()
+    theirs = as_other.post("/v1/webhooks", json=hook).json()
+    create_product(client)
+    assert fan_out() > 0  # a delivery to each webhook
+    path = f"/v1/webhooks/{mine['id']}/deliveries"
+    [delivery] = as_partner.get(path).json()["data"]
+    event = {"event_id": delivery["event_id"]}
+    for caller in (as_partner, client):  # the partner, and an admin reading the partner's
+        tag = _tag(caller, path)
+        for _ in range(2):  # the first revalidation in Flask, the next before it
+            redelivered = as_other.post(f"/v1/webhooks/{theirs['id']}/deliveries", json=event)
+            assert redelivered.status_code == 201, redelivered.text
+            _attempted(Delivery, DeliveryAttempt, redelivered.json()["id"])
+            assert _revalidated_by(caller, path, tag) == 304
+
+        _attempted(Delivery, DeliveryAttempt, delivery["id"])  # an attempt at the partner's own
+        assert _revalidated_by(caller, path, tag) == 200
+        tag = _tag(caller, path)
+        assert as_partner.post(path, json=event).status_code == 201
+        assert _revalidated_by(caller, path, tag) == 200
+
+
+def test_an_admins_webhook_deliveries_still_move_with_everyones(app, client):
+    partner = create_user(client, role="partner")
+    as_partner = app.test_client()
+    as_partner.headers.update(bearer_for(partner))
+    hook = {"url": "https://hooks.example.com/owned", "events": ["product.created"]}
+    admins = client.post("/v1/webhooks", json=hook).json()
+    theirs = as_partner.post("/v1/webhooks", json=hook).json()
+    create_product(client)
+    assert fan_out() > 0
+    path = f"/v1/webhooks/{admins['id']}/deliveries"
+    tag = _tag(client, path)
+    [delivery] = as_partner.get(f"/v1/webhooks/{theirs['id']}/deliveries").json()["data"]
+    _attempted(Delivery, DeliveryAttempt, delivery["id"])
+    assert _revalidated_by(client, path, tag) == 200
+
+
+def test_others_push_deliveries_leave_a_devices_delivery_list_tag_and_its_own_move_it(app, client):
+    alice, bob = create_user(client), create_user(client)
+    devices = {}
+    for user in (alice, bob):
+        path = f"/v1/users/{user['id']}/devices"
+        registered = client.post(path, json={"platform": "fcm", "token": f"token-{user['id']}"})
+        assert registered.status_code == 201, registered.text
+        devices[user["id"]] = f"{path}/{registered.json()['id']}/deliveries"
+    product = create_product(client, stock=100)
+    fan_out()  # their welcomes
+    path = devices[alice["id"]]
+    [welcome] = client.get(path).json()["data"]
+    tag = _tag(client, path)
+    for _ in range(2):
+        assert place_order(client, bob, (product, 1)).status_code == 201
+        assert fan_out() > 0
+        for bobs in client.get(devices[bob["id"]]).json()["data"]:
+            _attempted(PushDelivery, PushAttempt, bobs["id"])
+        assert _revalidated_by(client, path, tag) == 304
+
+    _attempted(PushDelivery, PushAttempt, welcome["id"])
+    assert _revalidated_by(client, path, tag) == 200
+    tag = _tag(client, path)
+    assert place_order(client, alice, (product, 1)).status_code == 201
+    assert fan_out() > 0
+    assert _revalidated_by(client, path, tag) == 200
+
+
+def test_every_list_revalidates_to_a_304(app, client):
+    partner = create_user(client, role="partner")
+    as_partner = app.test_client()
+    as_partner.headers.update(bearer_for(partner))
+    webhook = as_partner.post(
+        "/v1/webhooks", json={"url": "https://hooks.example.com/a", "events": ["order.created"]}
+    ).json()
+    device = client.post(
+        f"/v1/users/{partner['id']}/devices", json={"platform": "fcm", "token": "t-304"}
+    ).json()
+    paths = (
+        "/v1/oauth/clients",
+        "/v1/api-keys",
+        "/v2/events",
+        f"/v3/webhooks/{webhook['id']}/deliveries",
+        f"/v1/users/{partner['id']}/devices",
+        f"/v1/users/{partner['id']}/devices/{device['id']}/deliveries",
+    )
+    for caller, path in [(client, path) for path in paths] + [(as_partner, "/v1/webhooks")]:
+        tag = _tag(caller, path)
+        for _ in range(2):  # in Flask, then before it
+            answer = caller.get(path, headers={"If-None-Match": tag})
+            assert answer.status_code == 304, path
+            assert answer.headers["etag"] == tag

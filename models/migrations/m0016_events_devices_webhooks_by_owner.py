@@ -26,9 +26,8 @@ LOCKS = tuple(sorted(OWNED))
 LOCK_MODE = "SHARE ROW EXCLUSIVE"
 
 
-def _bump(table: str, row: str, start: str) -> str:
-    """m0015's statement moving the counter of `row`'s owner, for this migration's tables."""
-    owner = OWNED[table].format(row=row)
+def _bump(table: str, owner: str, start: str) -> str:
+    """m0015's statement moving the counter of `owner` (an expression) for `table`."""
     return (
         "INSERT INTO owner_version (table_name, owner_id, version)"  # noqa: S608 (ours)
         f" SELECT '{table}', owner, {start} FROM (SELECT {owner} AS owner) AS owned"
@@ -48,27 +47,34 @@ END $$
 
 
 def up(db: peewee.Database) -> None:
+    owner_triggers(db, OWNED, _UPDATED)
+
+
+def owner_triggers(db: peewee.Database, owned: dict[str, str], updated: dict[str, str]) -> None:
+    """Triggers moving the counter of each table's row owner (`owned`: the owner of `{row}` as
+    an expression) on every insert, delete and update (of the columns `updated` names, where it
+    names a table's)."""
     if isinstance(db, peewee.PostgresqlDatabase):
         start = "floor(random() * 1e15)::bigint"
-        for table in OWNED:
+        for table, owner in owned.items():
             db.execute_sql(
                 _FUNCTION.format(
                     table=table,
-                    bump_old=_bump(table, "OLD", start),
-                    bump_new=_bump(table, "NEW", start),
+                    bump_old=_bump(table, owner.format(row="OLD"), start),
+                    bump_new=_bump(table, owner.format(row="NEW"), start),
                 )
             )
-            updated = _UPDATED.get(table, "UPDATE")
             db.execute_sql(
-                f'CREATE TRIGGER "{table}_owner_version" AFTER INSERT OR {updated} OR DELETE'
+                f'CREATE TRIGGER "{table}_owner_version" AFTER INSERT OR'
+                f" {updated.get(table, 'UPDATE')} OR DELETE"
                 f' ON "{table}" FOR EACH ROW EXECUTE FUNCTION "{table}_owner_version_bump"()'
             )
         return
     start = "abs(random() % 1000000000000000)"
-    for table in OWNED:
-        updated = _UPDATED.get(table, "UPDATE")
-        for event, rows in (("INSERT", ["NEW"]), (updated, ["OLD", "NEW"]), ("DELETE", ["OLD"])):
-            bumps = " ".join(f"{_bump(table, row, start)};" for row in rows)
+    for table, owner in owned.items():
+        changes = updated.get(table, "UPDATE")
+        for event, rows in (("INSERT", ["NEW"]), (changes, ["OLD", "NEW"]), ("DELETE", ["OLD"])):
+            bumps = " ".join(f"{_bump(table, owner.format(row=row), start)};" for row in rows)
             name = event.split()[0].lower()
             db.execute_sql(
                 f'CREATE TRIGGER "{table}_owner_version_{name}" AFTER {event}'
