@@ -152,14 +152,18 @@ postman-collection: install-dev contract-tools
 # its own (the machine's PostgreSQL binaries, shopapi/testing/standby.py), seeded at each run, Redis
 # (BENCH_REDIS_URL) and Debian's wrk; shopapi reaches both clusters through Debian's pgbouncer,
 # which the bench starts (ops/pgbouncer.ini). Then what the revocation check adds to a request
-# (bench/revocation_cost.py, A/B in one process), in a database of the machine's PostgreSQL.
+# (bench/revocation_cost.py, A/B in one process), in a database of the machine's PostgreSQL, and
+# the list's instructions beside its CPU time for shopapi, the floor and the baseline
+# (bench/list_instructions.py, callgrind: Debian's valgrind; about 3 minutes).
 # BENCH_QUICK=1: one short round of each phase, to try the script (bench/results/load-quick.md),
-# and no revocation A/B.
+# and neither of the others.
 REVOCATION_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_revocation
-bench: install-dev wrk pgbouncer
+INSTRUCTIONS_BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/shopapi_bench_instructions
+bench: install-dev wrk pgbouncer valgrind
 	$(BIN)/python bench/load.py
 	if [ -z "$(BENCH_QUICK)" ] || [ "$(BENCH_QUICK)" = 0 ]; then \
-	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; fi
+	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; \
+	  BENCH_DATABASE_URL=$(INSTRUCTIONS_BENCH_DATABASE_URL) $(BIN)/python bench/list_instructions.py; fi
 
 # How a worker should run more requests than it can serve: mix_v3 at 0.2, 0.7 and 2.0 of its
 # saturation with admission control off and at several limits, interleaved rounds

@@ -50,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import psycopg2
@@ -74,9 +75,10 @@ BIN = pathlib.Path(sys.executable).parent
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS, FLOOR_PORT = 8200, 8201, (8202, 8203), 8204
 # The load: connections kept open by wrk's two threads, seconds per measured round. A closed
-# loop keeps that many requests at the server: no more than the production server runs and
-# queues (2 workers x ADMISSION_CONCURRENCY 4 + ADMISSION_QUEUE 8), which would refuse the rest.
-CONNECTIONS, THREADS = 16, 2
+# loop keeps that many requests at the server: no more than one worker runs and queues
+# (ADMISSION_CONCURRENCY 4 + ADMISSION_QUEUE 8), which would refuse the rest, however the
+# connections fall on the workers (16 on two workers were refused whenever 13 fell on one).
+CONNECTIONS, THREADS = 12, 2
 ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
 OPERATION_SECONDS, STEP_SECONDS = 5, 6
 # BENCH_QUICK=1: one short round of everything, to try the script; its numbers mean nothing.
@@ -572,10 +574,53 @@ def step_load(shopapi: Server, data, saturated: float) -> list[dict]:
     for fraction in STEP_FRACTIONS:
         rate = round(saturated * fraction)
         seconds = OVERLOAD_SECONDS if fraction > 1 else STEP_SECONDS
-        run = wrk([shopapi], data, "mix_v3", seconds, rate=rate, connections=open_connections(rate))
-        steps.append(step_of(fraction, saturated, run))
+        with WorkerBalance(shopapi, seconds) as balance:
+            run = wrk(
+                [shopapi], data, "mix_v3", seconds, rate=rate, connections=open_connections(rate)
+            )
+        steps.append({**step_of(fraction, saturated, run), "workers": balance.workers})
         say(step_line(steps[-1]))
     return steps
+
+
+class WorkerBalance:
+    """How a step's load fell on the server's workers: each worker's CPU (cores busy) and the
+    clients' connections it held halfway through (ss). The kernel gives a new connection to
+    whichever worker accepts it first, and a connection stays with its worker."""
+
+    def __init__(self, server: Server, seconds: float):
+        self.server, self.seconds = server, seconds
+        self.workers: list[dict] = []
+
+    def __enter__(self):
+        self.pids = cpu.children(self.server.process.pid)
+        self.before = {pid: cpu.tree_seconds(pid) for pid in self.pids}
+        self.started = time.monotonic()
+        self.held: dict[int, int] = {}
+        self.sampler = threading.Thread(target=self._sample, daemon=True)
+        self.sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        time.sleep(self.seconds / 2)
+        listing = subprocess.run(  # noqa: S603 (iproute2's ss, our arguments)
+            ["ss", "-tnpH", "state", "established", f"( sport = :{self.server.port} )"],  # noqa: S607
+            capture_output=True,
+            text=True,
+        ).stdout
+        self.held = {pid: listing.count(f"pid={pid},") for pid in self.pids}
+
+    def __exit__(self, *exc) -> None:
+        elapsed = time.monotonic() - self.started
+        self.sampler.join()
+        self.workers = [
+            {
+                "pid": pid,
+                "cores": (cpu.tree_seconds(pid) - self.before[pid]) / elapsed,
+                "connections": self.held.get(pid, 0),
+            }
+            for pid in self.pids
+        ]
 
 
 def step_of(fraction: float, saturated: float, run: dict) -> dict:
@@ -604,6 +649,14 @@ def step_line(step: dict) -> str:
         f"2xx {step['goodput']:6.0f}/s p50 {ok.get('p50', 0):6.1f} p99 {ok.get('p99', 0):7.1f} "
         "ms; every answer p99 "
         f"{every.get('p99', 0):7.1f} ms; statuses {step['statuses']}; errors {step['errors']}"
+        + (f"; workers {workers_of(step)}" if step.get("workers") else "")
+    )
+
+
+def workers_of(step: dict) -> str:
+    """Each worker's connections and cores busy: `371 conn 0.74 / 141 conn 0.33`."""
+    return " / ".join(
+        f"{worker['connections']} conn {worker['cores']:.2f}" for worker in step["workers"]
     )
 
 
@@ -691,7 +744,7 @@ def _data_consistency(before: dict, run: dict) -> dict:
         "order_created_events": events,
         "stock_taken_by_those_orders": taken,
         "stock_fell_by": stock_fell,
-        "consistent": created <= placed <= created + CONNECTIONS
+        "consistent": created <= placed <= created + run["connections"]
         and placed == events
         and taken == stock_fell,
     }
@@ -1163,8 +1216,8 @@ def markdown(results: dict) -> str:
         "it was due; 2xx a second is what clients got done:",
         "",
         "| of saturation | offered req/s | 2xx/s | 503/s | p50 ms (2xx) | p99 ms (2xx) "
-        "| p99 ms (every answer) | p99 ms (503) | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| p99 ms (every answer) | p99 ms (503) | errors | each worker: connections, cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in results["steps"]:
         ok, every, shed = step["latency_ok_ms"], step["latency_ms"], step["latency_shed_ms"]
@@ -1173,7 +1226,7 @@ def markdown(results: dict) -> str:
             f"| {step['fraction']:.2f} | {step['offered_rate']:,.0f} | {step['goodput']:,.0f} "
             f"| {step['statuses'].get(503, 0) / seconds:,.0f} | {ok.get('p50', 0):.1f} "
             f"| {ok.get('p99', 0):.1f} | {every.get('p99', 0):.1f} | {shed.get('p99', 0):.1f} "
-            f"| {step['errors']} |"
+            f"| {step['errors']} | {workers_of(step) if step.get('workers') else '-'} |"
         )
     tail = results["list_tail"]
     lines += [

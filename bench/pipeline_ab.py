@@ -17,6 +17,10 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import child_process  # noqa: E402
+
 URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/shopapi_ab")
 ROUNDS = int(os.environ.get("AB_ROUNDS", 9))
 REQUESTS_PER_ROUND, WARM_UP = 400, 200
@@ -220,34 +224,10 @@ def tree_of(revision: str, into: pathlib.Path) -> pathlib.Path:
 
 
 def start(tree: pathlib.Path, database: str, callgrind_out: pathlib.Path | None = None):
-    """The tree's app in a process of its own; its logs (stdout) are dropped, its measurements
-    come back on a pipe of their own (`process.results`). With `callgrind_out`, under callgrind,
-    counting nothing until asked to (`count <n>`)."""
+    """The tree's app in a process of its own (bench/child_process.py); with `callgrind_out`,
+    under callgrind, counting nothing until asked to (`count <n>`)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    read, write = os.pipe()
-    valgrind = (
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={callgrind_out}",
-        ]
-        if callgrind_out
-        else []
-    )
-    process = subprocess.Popen(  # noqa: S603 (this Python, our code)
-        [*valgrind, sys.executable, "-c", CHILD, database, str(write)],
-        cwd=tree,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL if callgrind_out else None,
-        text=True,
-        pass_fds=(write,),
-    )
-    os.close(write)
-    process.results = os.fdopen(read)
-    return process
+    return child_process.start(CHILD, [database], tree, env, callgrind_out)
 
 
 def cpu_ms_per_request(process: subprocess.Popen, mixes: int) -> float:
@@ -268,8 +248,7 @@ def instructions_per_request(tree: pathlib.Path, database: str, scratch: pathlib
     process.results.readline()
     process.stdin.close()
     process.wait(timeout=600)
-    totals = next(line for line in out.read_text().splitlines() if line.startswith("totals:"))
-    return int(totals.split()[1]) / (INSTRUCTION_MIXES * len(PER_MIX))
+    return child_process.instructions_counted(out) / (INSTRUCTION_MIXES * len(PER_MIX))
 
 
 def compare_cpu(trees: dict[str, pathlib.Path], databases: dict[str, str]) -> list[str]:
