@@ -29,6 +29,16 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # gunicorn's limit_request_line, limit_request_fields and limit_request_field_size would not
 # apply: uvicorn parses requests.
 worker_class = "shopapi.pipeline.http_server.UvicornWorker"
+# Each worker listens on sockets of its own (SO_REUSEPORT), which it opens once its app is loaded
+# (shopapi/pipeline/http_server.py), and the kernel spreads new connections over them evenly. On
+# one shared socket, whichever worker woke first took a whole burst of connections, and kept
+# them: under an open-loop load one worker held 337 connections and the other 87
+# (bench/results/load-one-socket.md, the steps), the first shedding requests while the second
+# had a core to spare. The price: another server of the same user can bind the same port beside
+# this one, rather than failing (a host runs one server); and a worker stopping alone resets the
+# connections still queued on its socket, unless net.ipv4.tcp_migrate_req hands them to the
+# others (docs/operations.md).
+reuse_port = True
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.
 keepalive = 5

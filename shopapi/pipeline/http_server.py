@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import httptools
+from gunicorn import sock as gunicorn_sockets
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
 from shopapi.internals import uvicorn as uvicorn_internals
@@ -443,6 +444,21 @@ class HttpProtocol(HttpToolsProtocol):
 
 
 class UvicornWorker(_UvicornWorker):
-    """gunicorn's uvicorn worker, speaking HttpProtocol."""
+    """gunicorn's uvicorn worker, speaking HttpProtocol. With gunicorn's `reuse_port`, each
+    worker listens on sockets of its own, which the kernel gives connections to evenly; this
+    worker opens them once its app is loaded, where gunicorn would open them at the fork: a
+    worker still loading would be given connections it cannot answer yet, and reset them if
+    stopped before it serves."""
 
     CONFIG_KWARGS: ClassVar[dict] = {**_UvicornWorker.CONFIG_KWARGS, "http": HttpProtocol}
+
+    def init_process(self) -> None:
+        if self.cfg.reuse_port:
+            gunicorn_sockets.close_sockets(self.sockets, unlink=False)
+            self.sockets = []
+        super().init_process()  # loads the app, then runs
+
+    def run(self) -> None:
+        if self.cfg.reuse_port:
+            self.sockets = gunicorn_sockets.create_sockets(self.cfg, self.log)
+        return super().run()
