@@ -1,7 +1,8 @@
 """How a worker should run requests when more come than it can serve (issue 41's levers): the
 production server under `mix_v3`, with admission control off and with several limits, each
-measured as `make bench` measures goals T1 and T2: its saturated rate (2xx a second, closed
-loop), then a constant rate at 0.2, 0.7 and 2.0 of it, every answer timed from when it was due.
+measured as `make bench` measures goals T1 and T2: its saturated rate (2xx a second at a
+constant rate, offered the closed loop's: load.open_loop_saturation), then a constant rate at
+0.2, 0.7 and 2.0 of it, every answer timed from when it was due.
 Each variant runs in turn, twice (interleaved rounds), on the bench's seeded primary and standby.
 Writes bench/results/admission-ab.{json,md}.
 
@@ -37,7 +38,7 @@ SATURATION_SECONDS = 8
 def measure(server: load.Server, data: pathlib.Path) -> dict:
     load.wrk([server], data, "mix_v3", load.WARM_UP_SECONDS)
     saturated = load.wrk([server], data, "mix_v3", SATURATION_SECONDS)
-    rate = saturated["goodput"]
+    rate = load.open_loop_saturation(server, data, saturated)["goodput"]
     steps = {}
     for fraction in FRACTIONS:
         seconds = load.OVERLOAD_SECONDS if fraction > 1 else load.STEP_SECONDS
