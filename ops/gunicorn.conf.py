@@ -15,6 +15,7 @@ import os
 import pathlib
 import secrets
 import shutil
+import socket
 import tempfile
 
 from shopapi.settings import Settings, generated_secrets
@@ -34,10 +35,10 @@ worker_class = "shopapi.pipeline.http_server.UvicornWorker"
 # one shared socket, whichever worker woke first took a whole burst of connections, and kept
 # them: under an open-loop load one worker held 337 connections and the other 87
 # (bench/results/load-one-socket.md, the steps), the first shedding requests while the second
-# had a core to spare. The price: another server of the same user can bind the same port beside
-# this one, rather than failing (a host runs one server); and a worker stopping alone resets the
-# connections still queued on its socket, unless net.ipv4.tcp_migrate_req hands them to the
-# others (docs/operations.md).
+# had a core to spare. The master holds the ports meanwhile (_hold_ports). The price: another
+# shopapi of the same user can bind the same port beside this one, rather than failing (a host
+# runs one server); and a worker stopping alone resets the connections still queued on its
+# socket, unless net.ipv4.tcp_migrate_req hands them to the others (docs/operations.md).
 reuse_port = True
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.
@@ -101,7 +102,30 @@ if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
             _remove_created_metrics_dir()
 
 
+# The ports the master holds while the workers listen (on_starting).
+_held_ports: list[socket.socket] = []
+
+
+def _hold_ports(server) -> None:
+    """With reuse_port the master listens on nothing, and a worker opens its socket only once its
+    app is loaded, seconds after: meanwhile the port would be free for any process to take. The
+    master binds each address first, with SO_REUSEPORT and without listening (so it is given no
+    connection), for as long as it runs: a port already in use stops the server at once, as
+    before, and the workers' sockets join it."""
+    for address in server.cfg.address:
+        if not isinstance(address, tuple):  # a Unix socket: not shared
+            continue
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        held = socket.socket(family, socket.SOCK_STREAM)
+        # Not SO_REUSEADDR: with it, a socket that does not listen lets any other with it listen.
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((host, port))
+        _held_ports.append(held)
+
+
 def on_starting(server):
+    _hold_ports(server)
     for name in _generated_secrets:
         server.log.warning(
             "%s is not set: using a generated one for this server's workers (fine until it "
