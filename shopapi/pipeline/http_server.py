@@ -461,4 +461,7 @@ class UvicornWorker(_UvicornWorker):
     def run(self) -> None:
         if self.cfg.reuse_port:
             self.sockets = gunicorn_sockets.create_sockets(self.cfg, self.log)
+            # The master's line names no socket: it holds the ports but listens on none.
+            listening = ",".join(str(listener) for listener in self.sockets)
+            self.log.info("Listening at: %s (%s)", listening, self.pid)
         return super().run()
