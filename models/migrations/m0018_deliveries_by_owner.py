@@ -3,8 +3,8 @@ webhooks' and devices', so that a webhook's or a device's delivery list moves wi
 deliveries alone, not with everyone's. A delivery's owner is its webhook's (a partner's; an
 admin's webhook has none, and no counter) or its device's user; an attempt's, its delivery's.
 
-The worker writes these rows: fanning events out (one transaction for a batch, creating each
-event's deliveries in webhook order, so two fan-outs take owners' counters in the same order),
+The worker writes these rows: fanning events out (one transaction for a batch, creating the
+deliveries owner by owner, so two fan-outs take owners' counters in the same order),
 leasing a delivery, recording an attempt. Each then also moves one counter row of the owner."""
 
 import peewee

@@ -55,18 +55,13 @@ def fan_out(push_deliveries: bool = True, devices_per_user: int = DEVICES_PER_US
     with database.atomic():
         events = list(Event.undispatched(FAN_OUT_BATCH))
         if events:
-            webhooks = list(Webhook.enabled_with_owners())
-            receiving = [
-                (webhook, event)
-                for event in events
-                for webhook in webhooks
-                if webhook.receives(event)
-            ]
             # Owner by owner: each delivery moves its owner's counter (m0018), which two
             # fan-outs then take in the same order.
-            receiving.sort(key=lambda pair: (pair[0].owner_id or 0, pair[0].id, pair[1].id))
-            for webhook, event in receiving:
-                Delivery.of(webhook, event)
+            webhooks = sorted(Webhook.enabled_with_owners(), key=lambda w: (w.owner_id or 0, w.id))
+            for webhook in webhooks:
+                for event in events:
+                    if webhook.receives(event):
+                        Delivery.of(webhook, event)
             if push_deliveries:
                 notifying = [event for event in events if push.notifies(event)]
                 PushDelivery.fan_out(notifying, devices_per_user)
