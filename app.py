@@ -331,6 +331,7 @@ def pipeline(
             concurrency=settings.admission_concurrency,
             queue=settings.admission_queue,
             max_wait_seconds=settings.admission_max_wait_ms / 1000,
+            standing_wait_seconds=settings.admission_standing_wait_ms / 1000,
             long_lived=frozenset({EventStreamMiddleware.OPERATION_ID}),
         ),
         # An address whose credentials keep failing gets 429 for its further failures (valid

@@ -1,7 +1,8 @@
 """A busy server refuses at once what it cannot answer promptly: with ADMISSION_CONCURRENCY
 requests executing and ADMISSION_QUEUE waiting, one more is a 503 problem with Retry-After,
 which costs its caller no rate limit and is counted; the health probes and /metrics always
-answer; a waiter is served in its turn, or refused when it has waited ADMISSION_MAX_WAIT_MS."""
+answer; a waiter is served in its turn, or refused when it has waited ADMISSION_MAX_WAIT_MS, or
+only ADMISSION_STANDING_WAIT_MS once the line has refused someone (the server is overloaded)."""
 
 import asyncio
 import concurrent.futures
@@ -52,12 +53,12 @@ def in_flight(http: httpx.Client) -> float:
 
 
 @contextlib.contextmanager
-def one_request_executing(http: httpx.Client, database_url: str):
+def one_request_executing(http: httpx.Client, database_url: str, product: dict = PRODUCT):
     """A product's creation executing (waiting on the database) until the block ends; then its
     answer must be a 201."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         with writes_held(database_url):
-            held = pool.submit(http.post, "/v1/products", json=PRODUCT)
+            held = pool.submit(http.post, "/v1/products", json=product)
             wait_for(lambda: in_flight(http) >= 2, "the creation to be executing")
             yield
         assert held.result().status_code == 201, held.result().text
@@ -127,6 +128,31 @@ def test_a_waiter_is_refused_when_it_has_waited_too_long(app, database_url):
         assert refused.headers["retry-after"] == "1"
 
 
+def test_after_a_refusal_a_waiter_is_refused_at_the_standing_wait(app, database_url):
+    """A line that has refused someone is standing: the next waiter waits the standing wait,
+    not the burst's (600 s here, past the client's timeout)."""
+    with (
+        live_server(
+            database_url,
+            ADMISSION_QUEUE="1",
+            ADMISSION_MAX_WAIT_MS="600000",
+            ADMISSION_STANDING_WAIT_MS="50",
+            **ONE_AT_A_TIME,
+        ) as base,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        with one_request_executing(http, database_url):
+            waiting = pool.submit(http.get, "/v1/products")
+            wait_for(lambda: in_flight(http) >= 3, "a list to wait in line")
+            assert_problem(http.get("/v1/products"), 503)  # the line is full
+        assert waiting.result().status_code == 200  # it had the burst's wait
+        with one_request_executing(http, database_url, {**PRODUCT, "sku": "HELD-2"}):
+            refused = http.get("/v1/products")  # the line is empty, but standing
+            assert_problem(refused, 503)
+            assert refused.headers["retry-after"] == "1"
+
+
 def test_places_go_first_come_first_served():
     """The gate's line alone, on one event loop: the waiters enter in the order they came."""
 
@@ -170,3 +196,21 @@ def test_a_waiter_given_up_on_as_a_place_frees_leaves_the_line_whole():
         return admission.executing, len(admission.waiting)
 
     assert asyncio.run(scenario()) == (0, 0)
+
+
+def test_after_a_refusal_a_newcomer_waits_only_the_standing_wait():
+    """The gate alone: before any refusal a waiter waits as long as it takes; once the full line
+    has refused someone, a newcomer in an empty line is refused after the standing wait."""
+
+    async def scenario() -> tuple[bool, bool]:
+        admission = Admission(limit=1, queue=1, max_wait=600, standing_wait=0.01)
+        assert await admission.enter()
+        first = asyncio.create_task(admission.enter())
+        await asyncio.sleep(0)  # in line, with the burst's wait
+        refused_when_full = not await admission.enter()
+        admission.leave()  # the first in line takes the place
+        assert await first
+        newcomer = await asyncio.wait_for(admission.enter(), 60)
+        return refused_when_full, newcomer
+
+    assert asyncio.run(scenario()) == (True, False)

@@ -7,6 +7,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import time
 
 from connexion.exceptions import ProblemException
@@ -31,33 +32,47 @@ class Admission:
     """One server process's gate, as HAProxy's maxconn, maxqueue and timeout queue are for a
     server: `limit` requests execute at once; a newcomer beyond them waits in line, first come
     first served, if fewer than `queue` are waiting, else it is refused at once; a waiter still
-    in line after `max_wait` seconds is refused then.
+    in line after its wait is refused then.
+
+    The wait adapts, as Facebook's controlled delay does ("Fail at Scale", 2015): a line that
+    refused no one for `max_wait` is absorbing a burst, and a newcomer may wait `max_wait`; once
+    it has refused someone (full, or a waiter's wait ran out) it is standing, the server getting
+    more than it answers, and a newcomer waits at most `standing_wait`, so that those served
+    are served with little delay and the rest learn at once to come back. Whether the line is
+    empty says nothing of this: under overload it empties and fills many times a second.
 
     It lives on the event loop's thread, as every layer does: no lock."""
 
-    def __init__(self, limit: int, queue: int, max_wait: float):
+    def __init__(self, limit: int, queue: int, max_wait: float, standing_wait: float | None = None):
         self.limit = limit
         self.queue = queue
         self.max_wait = max_wait
+        self.standing_wait = max_wait if standing_wait is None else min(standing_wait, max_wait)
         self.executing = 0
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        # On the loop's clock: when this gate last refused someone.
+        self.refused_at = -math.inf
 
     async def enter(self) -> bool:
         """Whether the request may execute (then `leave()` when it is done), waiting if need be."""
         if self.executing < self.limit and not self.waiting:
             self.executing += 1
             return True
+        loop = asyncio.get_running_loop()
         if len(self.waiting) >= self.queue:
+            self.refused_at = loop.time()
             return False
-        turn = asyncio.get_running_loop().create_future()
+        standing = loop.time() - self.refused_at < self.max_wait
+        turn = loop.create_future()
         self.waiting.append(turn)
         try:
-            async with asyncio.timeout(self.max_wait):
+            async with asyncio.timeout(self.standing_wait if standing else self.max_wait):
                 await turn
         except TimeoutError:
             if turn.done() and not turn.cancelled():
                 return True  # handed a place as the deadline came: it is taken
             self._give_up(turn)
+            self.refused_at = loop.time()
             return False
         except BaseException:
             # Cancelled while waiting (the server stopping): give back a place it was handed.
@@ -95,10 +110,11 @@ class AdmissionMiddleware:
         concurrency: int,
         queue: int,
         max_wait_seconds: float,
+        standing_wait_seconds: float | None = None,
         long_lived: frozenset[str] = frozenset(),
     ):
         self.app = app
-        self.admission = Admission(concurrency, queue, max_wait_seconds)
+        self.admission = Admission(concurrency, queue, max_wait_seconds, standing_wait_seconds)
         self.long_lived = long_lived
         self.shed_since_logged = 0
         self.logged_at = -LOG_EVERY_SECONDS

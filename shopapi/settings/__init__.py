@@ -57,11 +57,16 @@ class Settings:
     # PostgreSQL connections per worker process, and Flask's threads (pipeline/wsgi_bridge.py).
     database_pool_size: int = _setting("DATABASE_POOL_SIZE", parse.integer(1, 1000), 10)
     # Requests a server process executes at once, as many more waiting in line (first come,
-    # first served) for at most ADMISSION_MAX_WAIT_MS, and beyond them a 503 with Retry-After
-    # at once (pipeline/admission.py). ADMISSION_CONCURRENCY=0: no limit, no line.
+    # first served), and beyond them a 503 with Retry-After at once (pipeline/admission.py).
+    # A waiter waits at most ADMISSION_MAX_WAIT_MS while the line absorbs a burst, and at most
+    # ADMISSION_STANDING_WAIT_MS within that long of the line last refusing someone (overload).
+    # ADMISSION_CONCURRENCY=0: no limit, no line.
     admission_concurrency: int = _setting("ADMISSION_CONCURRENCY", parse.integer(0, 1000), 4)
     admission_queue: int = _setting("ADMISSION_QUEUE", parse.integer(0, 100_000), 8)
     admission_max_wait_ms: int = _setting("ADMISSION_MAX_WAIT_MS", parse.integer(1, 600_000), 1000)
+    admission_standing_wait_ms: int = _setting(
+        "ADMISSION_STANDING_WAIT_MS", parse.integer(1, 600_000), 10
+    )
     # Seconds a thread waits for a pooled connection before its request is a 503.
     database_pool_wait_seconds: float = _setting(
         "DATABASE_POOL_WAIT_SECONDS", parse.positive_number, 10.0
