@@ -7,7 +7,14 @@ only ADMISSION_STANDING_WAIT_MS once the line has refused someone (the server is
 import asyncio
 import concurrent.futures
 import contextlib
+import csv
+import io
+import os
+import pathlib
+import shutil
+import socket
 import sqlite3
+import subprocess
 import time
 
 import httpx
@@ -17,6 +24,7 @@ from support.live import live_server
 from support.metrics_text import sample_sum
 
 from shopapi.pipeline.admission import Admission
+from shopapi.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +36,7 @@ ONE_AT_A_TIME = {
     "DATABASE_STATEMENT_TIMEOUT_SECONDS": "0",
 }
 PRODUCT = {"sku": "HELD-1", "name": "Held", "price_cents": 100, "stock": 1}
+HAPROXY_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "ops" / "haproxy.cfg"
 
 
 @contextlib.contextmanager
@@ -214,3 +223,83 @@ def test_after_a_refusal_a_newcomer_waits_only_the_standing_wait():
         return refused_when_full, newcomer
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+@contextlib.contextmanager
+def balancer(host: str, work_dir: pathlib.Path, **settings: str):
+    """ops/haproxy.cfg in front of the one host `host`, as an operator runs it, with its
+    `settings`; its base URL and its runtime API's socket, once it sees the host up."""
+    if shutil.which("haproxy") is None:
+        if os.environ.get("CI"):
+            pytest.fail("haproxy is not installed (Debian's haproxy); CI must test the balancer")
+        pytest.skip("haproxy is not installed (Debian's haproxy)")
+    config = work_dir / "haproxy.cfg"
+    config.write_text(
+        HAPROXY_CONFIG.read_text() + f"    server app1 {host.removeprefix('http://')}\n"
+    )
+    port, stats = free_port(), work_dir / "haproxy.sock"
+    env = {
+        **os.environ,
+        **settings,
+        "BALANCER_BIND": f"127.0.0.1:{port}",
+        "HAPROXY_STATS_SOCKET": str(stats),
+    }
+    with (work_dir / "haproxy.log").open("wb") as log:
+        process = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(config)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: backend_stat(stats, "status") == "UP", "the balancer to see the host up")
+        yield f"http://127.0.0.1:{port}", stats
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def backend_stat(stats: pathlib.Path, column: str) -> str | None:
+    """A column of the balancer's `show stat` for the backend as a whole (None before it
+    answers)."""
+    try:
+        with socket.socket(socket.AF_UNIX) as runtime:
+            runtime.connect(str(stats))
+            runtime.sendall(b"show stat\n")
+            answer = b"".join(iter(lambda: runtime.recv(65536), b""))
+    except OSError:
+        return None
+    rows = csv.DictReader(io.StringIO(answer.decode().removeprefix("# ")))
+    return next(row[column] for row in rows if row["svname"] == "BACKEND")
+
+
+def test_the_balancers_line_is_as_long_as_the_hosts_and_one_more_is_refused_at_once(
+    app, database_url, tmp_path
+):
+    """ops/haproxy.cfg sends a host no more than it runs (HOST_MAXCONN) and keeps a line of
+    HOST_QUEUE a host; one more is a 503 problem at once, not after QUEUE_TIMEOUT (600 s here,
+    past the client's timeout)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the balancer is the same on either database; PostgreSQL holds the write")
+    line = {"HOST_MAXCONN": "1", "HOST_QUEUE": "1", "QUEUE_TIMEOUT": "600s"}
+    with (
+        live_server(database_url, **ONE_AT_A_TIME) as host,
+        balancer(host, tmp_path, **line) as (base, stats),
+        httpx.Client(base_url=host, timeout=60, headers=bearer()) as direct,
+        httpx.Client(base_url=base, timeout=60, headers=bearer()) as http,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        with writes_held(database_url):
+            held = pool.submit(http.post, "/v1/products", json=PRODUCT)
+            wait_for(lambda: in_flight(direct) >= 2, "the creation to be executing")
+            waiting = pool.submit(http.get, "/v1/products")
+            wait_for(lambda: backend_stat(stats, "qcur") == "1", "a list in the balancer's line")
+            refused = http.get("/v1/products")
+            # The balancer's own problem: no host saw it, so it has no request id.
+            assert refused.status_code == 503
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json()["status"] == 503
+            assert refused.headers["retry-after"] == "1"
+            assert not waiting.done()
+        assert held.result().status_code == 201
+        assert waiting.result().status_code == 200
