@@ -1,12 +1,13 @@
 """How a worker should run requests when more come than it can serve (issue 41's levers): the
-production server under `mix_v3`, with admission control off and with several limits, each
-measured as `make bench` measures goals T1 and T2: its saturated rate (2xx a second at a
+production server under `mix_v3`, with admission control off and with several limits and waits,
+each measured as `make bench` measures goals T1 and T2: its saturated rate (2xx a second at a
 constant rate, offered the closed loop's: load.open_loop_saturation), then a constant rate at
 0.2, 0.7 and 2.0 of it, every answer timed from when it was due.
 Each variant runs in turn, twice (interleaved rounds), on the bench's seeded primary and standby.
-Writes bench/results/admission-ab.{json,md}.
+Writes bench/results/admission-ab.{json,md}; --pool reports earlier runs' rounds together.
 
-    python bench/admission_ab.py [--rounds N]
+    python bench/admission_ab.py [--rounds N] [--variants NAME ...]
+    python bench/admission_ab.py --pool run1.json run2.json
 """
 
 import argparse
@@ -22,14 +23,25 @@ sys.path.insert(0, str(ROOT))
 
 from bench import load  # noqa: E402
 
-# name: the settings it changes (docs/configuration.md).
+# name: the settings it changes (docs/configuration.md). "waits 1 s" is a line with one wait,
+# burst or overload; "waits 1 s/20 ms" waits 1 s in a burst and 20 ms once it has refused someone.
+ONE_WAIT = {"ADMISSION_STANDING_WAIT_MS": "1000"}
+SHORT_BURST_WAIT = {"ADMISSION_MAX_WAIT_MS": "100", "ADMISSION_STANDING_WAIT_MS": "10"}
 VARIANTS = {
     "off": {"ADMISSION_CONCURRENCY": "0"},
-    "2+4": {"ADMISSION_CONCURRENCY": "2", "ADMISSION_QUEUE": "4"},
-    "4+8 (default)": {},
-    "8+16": {"ADMISSION_CONCURRENCY": "8", "ADMISSION_QUEUE": "16"},
+    "4+8, waits 1 s": ONE_WAIT,
+    "2+4, waits 1 s": {"ADMISSION_CONCURRENCY": "2", "ADMISSION_QUEUE": "4", **ONE_WAIT},
+    "8+16, waits 1 s": {"ADMISSION_CONCURRENCY": "8", "ADMISSION_QUEUE": "16", **ONE_WAIT},
+    "4+8, waits 1 s/10 ms": {"ADMISSION_STANDING_WAIT_MS": "10"},
+    "4+8, waits 1 s/20 ms (default)": {},
+    "4+8, waits 1 s/50 ms": {"ADMISSION_STANDING_WAIT_MS": "50"},
+    # A short line instead of a short wait: a full line refuses at the door, and a place that
+    # frees finds a waiter.
+    "4+2, waits 1 s": {"ADMISSION_QUEUE": "2", **ONE_WAIT},
+    "4+8, waits 100/10 ms": SHORT_BURST_WAIT,
+    "2+8, waits 100/10 ms": {"ADMISSION_CONCURRENCY": "2", **SHORT_BURST_WAIT},
     # Flask's threads (and the pool) cut to what the gate lets execute.
-    "4+8, 4 threads": {"DATABASE_POOL_SIZE": "4"},
+    "4+8, waits 1 s/20 ms, 4 threads": {"DATABASE_POOL_SIZE": "4"},
 }
 FRACTIONS = (0.2, 0.7, 2.0)
 SATURATION_SECONDS = 8
@@ -55,6 +67,7 @@ def measure(server: load.Server, data: pathlib.Path) -> dict:
         "saturated_statuses": saturated["statuses"],
         "app_cpu_ms": saturated["app_cpu_ms"],
         "t1": high["latency_ms"]["p99"] / base,
+        "errors_high": high["errors"],
         "t2_goodput": over["goodput"] / rate,
         "t2_errors": over["errors"],
         "t2_p99_ok": over["latency_ok_ms"].get("p99", float("nan")) / base,
@@ -66,13 +79,9 @@ def measure(server: load.Server, data: pathlib.Path) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=2)
-    rounds = parser.parse_args().rounds
+def measure_variants(variants: dict[str, dict], rounds: int) -> dict[str, list[dict]]:
     secrets_env, tokens = load.server_secrets()
-    load_before = os.getloadavg()[0]
-    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
     with (
         load.seeded_clusters() as replication,
         tempfile.TemporaryDirectory(prefix="shopapi-admission-") as scratch,
@@ -82,7 +91,7 @@ def main() -> None:
         load.write_clients(data, tokens)
         primary, replica = replication.primary.url, replication.standby.url
         for round_number in range(rounds):
-            for name, settings in VARIANTS.items():
+            for name, settings in variants.items():
                 load.say(f"round {round_number + 1}: {name}")
                 server = load.shopapi_server(
                     "shopapi", load.SHOPAPI_PORT, 2, secrets_env, scratch, primary, replica,
@@ -92,10 +101,33 @@ def main() -> None:
                     runs[name].append(measure(server, data))
                 finally:
                     server.stop()
-    keys = ("saturated", "app_cpu_ms", "t1", "t2_goodput", "t2_errors", "t2_p99_ok")
-    keys += ("p50_low_ms", "p99_high_ms", "p99_over_ok_ms", "p99_over_shed_ms")
+    return runs
+
+
+def pooled(paths: list[pathlib.Path]) -> dict[str, list[dict]]:
+    """Earlier runs' rounds (admission-ab.json), each variant's together, as VARIANTS orders."""
+    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    for path in paths:
+        for name, variant in json.loads(path.read_text())["runs"].items():
+            runs[name] += variant
+    return {name: variant for name, variant in runs.items() if variant}
+
+
+def write_report(runs: dict[str, list[dict]], measured: str) -> None:
+    for variant in runs.values():
+        for run in variant:
+            run["goodput_over"] = run["steps"][str(load.OVERLOAD)]["goodput"]
+    keys = ("saturated", "app_cpu_ms", "t1", "errors_high", "goodput_over", "t2_goodput")
+    keys += ("t2_errors", "t2_p99_ok", "p50_low_ms", "p99_high_ms", "p99_over_ok_ms")
+    keys += ("p99_over_shed_ms",)
+    # Errors are counted over every round; the rest are medians.
     summary = {
-        name: {key: statistics.median(run[key] for run in variant) for key in keys}
+        name: {
+            key: (sum if key in ("errors_high", "t2_errors") else statistics.median)(
+                run[key] for run in variant
+            )
+            for key in keys
+        }
         for name, variant in runs.items()
     }
     (load.RESULTS / "admission-ab.json").write_text(
@@ -103,31 +135,55 @@ def main() -> None:
     )
     lines = [
         "# Admission control A/B (bench/admission_ab.py): mix_v3 on the production server, "
-        f"medians of {rounds} interleaved rounds",
+        "medians of each variant's rounds",
         "",
         "Goals: T1 at most 3x; T2 2xx at least 0.9x the saturated rate, 0 errors, p99 of the 2xx "
-        "at most 5x the p50 at 0.2.",
+        "at most 5x the p50 at 0.2. The saturated rate is each variant's own: what it serves "
+        "offered the closed loop's rate, a little past saturation. Errors are of all rounds.",
         "",
-        "| variant (executing + line, per worker) | saturated 2xx/s | app CPU-ms/req | p50 at 0.2 "
-        "ms | p99 at 0.7 ms | T1 | 2xx at 2.0 / saturated | errors at 2.0 | p99 2xx at 2.0 ms "
-        "| T2 p99 | p99 503 at 2.0 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| variant (executing + line, per worker) | rounds | saturated 2xx/s | app CPU-ms/req "
+        "| p50 at 0.2 ms | p99 at 0.7 ms | T1 | errors at 0.7 | 2xx/s at 2.0 "
+        "| 2xx at 2.0 / saturated | errors at 2.0 | p99 2xx at 2.0 ms | T2 p99 "
+        "| p99 503 at 2.0 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in summary.items():
         lines.append(
-            f"| {name} | {s['saturated']:,.0f} | {s['app_cpu_ms']:.2f} | {s['p50_low_ms']:.1f} "
-            f"| {s['p99_high_ms']:.1f} | {s['t1']:.2f}x | {s['t2_goodput']:.2f}x "
+            f"| {name} | {len(runs[name])} | {s['saturated']:,.0f} | {s['app_cpu_ms']:.2f} "
+            f"| {s['p50_low_ms']:.1f} | {s['p99_high_ms']:.1f} | {s['t1']:.2f}x "
+            f"| {s['errors_high']:.0f} | {s['goodput_over']:,.0f} | {s['t2_goodput']:.2f}x "
             f"| {s['t2_errors']:.0f} | {s['p99_over_ok_ms']:.1f} | {s['t2_p99_ok']:.2f}x "
             f"| {s['p99_over_shed_ms']:.1f} |"
         )
-    lines += [
-        "",
-        f"Load average (1 min) {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after, "
-        f"on {os.cpu_count()} cores: above the cores, other work shared the CPU.",
-    ]
-    report = "\n".join(lines) + "\n"
+    report = "\n".join([*lines, "", measured]) + "\n"
     (load.RESULTS / "admission-ab.md").write_text(report)
     print(report)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument(
+        "--pool", nargs="+", type=pathlib.Path, metavar="JSON",
+        help="measure nothing: report the rounds of these earlier admission-ab.json together",
+    )  # fmt: skip
+    arguments = parser.parse_args()
+    if arguments.pool:
+        write_report(
+            pooled(arguments.pool),
+            f"Rounds pooled from {len(arguments.pool)} runs, interleaved in each.",
+        )
+        return
+    load_before = os.getloadavg()[0]
+    variants = {name: VARIANTS[name] for name in arguments.variants}
+    runs = measure_variants(variants, arguments.rounds)
+    write_report(
+        runs,
+        f"Interleaved rounds. Load average (1 min) {load_before:.1f} before the run, "
+        f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores: above the cores, other work "
+        "shared the CPU.",
+    )
 
 
 if __name__ == "__main__":

@@ -1097,6 +1097,7 @@ def goals_report(results: dict) -> list[str]:
         ) for name in ("primary", "replica")
     )  # fmt: skip
     load = results["load_average"]
+    low, high = (step_at(results["steps"], f)["latency_ms"] for f in (LOW, HIGH))
     return [
         "The capacity goals, all measured in this one run, on the same primary and standby, "
         "against the plain Flask + Peewee baseline's list and the stack's floor (the same "
@@ -1111,6 +1112,10 @@ def goals_report(results: dict) -> list[str]:
         "v1's design); `conditional`'s PostgreSQL CPU per request "
         f"**{conditional['database_cpu_ms'] / baseline['database_cpu_ms']:.3f}x** the baseline "
         "list's.",
+        f"- T1 is the product of two ratios: the mix's own spread at {LOW}, p99 / p50 "
+        f"**{low['p99'] / low['p50']:.2f}x** (its operations cost from one to four times a "
+        f"read: the table under 'Each operation alone'), and what the load adds to the tail, "
+        f"p99 at {HIGH} / p99 at {LOW} **{high['p99'] / low['p99']:.2f}x**.",
         f"- Cores for 10,000 req/s (CPU-ms per request x 10, at 100 % busy): mix_v3 "
         f"({parts(mix_v3, MIX_PARTS)}) x 10 = **{cores(mix_v3, *MIX_PARTS):.1f}**; the v1 mix "
         f"({parts(mix, MIX_PARTS)}) x 10 = **{cores(mix, *MIX_PARTS):.1f}** (reported); the "

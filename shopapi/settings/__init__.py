@@ -65,7 +65,7 @@ class Settings:
     admission_queue: int = _setting("ADMISSION_QUEUE", parse.integer(0, 100_000), 8)
     admission_max_wait_ms: int = _setting("ADMISSION_MAX_WAIT_MS", parse.integer(1, 600_000), 1000)
     admission_standing_wait_ms: int = _setting(
-        "ADMISSION_STANDING_WAIT_MS", parse.integer(1, 600_000), 10
+        "ADMISSION_STANDING_WAIT_MS", parse.integer(1, 600_000), 20
     )
     # Seconds a thread waits for a pooled connection before its request is a 503.
     database_pool_wait_seconds: float = _setting(
