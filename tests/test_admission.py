@@ -7,12 +7,9 @@ only ADMISSION_STANDING_WAIT_MS once the line has refused someone (the server is
 import asyncio
 import concurrent.futures
 import contextlib
-import csv
-import io
 import os
 import pathlib
 import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -24,6 +21,7 @@ from support.live import live_server
 from support.metrics_text import sample_sum
 
 from shopapi.pipeline.admission import Admission
+from shopapi.testing.hosts import balancer_config, balancer_stats
 from shopapi.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -36,7 +34,6 @@ ONE_AT_A_TIME = {
     "DATABASE_STATEMENT_TIMEOUT_SECONDS": "0",
 }
 PRODUCT = {"sku": "HELD-1", "name": "Held", "price_cents": 100, "stock": 1}
-HAPROXY_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "ops" / "haproxy.cfg"
 
 
 @contextlib.contextmanager
@@ -222,9 +219,7 @@ def balancer(host: str, work_dir: pathlib.Path, **settings: str):
             pytest.fail("haproxy is not installed (Debian's haproxy); CI must test the balancer")
         pytest.skip("haproxy is not installed (Debian's haproxy)")
     config = work_dir / "haproxy.cfg"
-    config.write_text(
-        HAPROXY_CONFIG.read_text() + f"    server app1 {host.removeprefix('http://')}\n"
-    )
+    config.write_text(balancer_config({"app1": host.removeprefix("http://")}))
     port, stats = free_port(), work_dir / "haproxy.sock"
     env = {
         **os.environ,
@@ -250,15 +245,8 @@ def balancer(host: str, work_dir: pathlib.Path, **settings: str):
 def backend_stat(stats: pathlib.Path, column: str) -> str | None:
     """A column of the balancer's `show stat` for the backend as a whole (None before it
     answers)."""
-    try:
-        with socket.socket(socket.AF_UNIX) as runtime:
-            runtime.connect(str(stats))
-            runtime.sendall(b"show stat\n")
-            answer = b"".join(iter(lambda: runtime.recv(65536), b""))
-    except OSError:
-        return None
-    rows = csv.DictReader(io.StringIO(answer.decode().removeprefix("# ")))
-    return next(row[column] for row in rows if row["svname"] == "BACKEND")
+    rows = balancer_stats(stats)
+    return next((row[column] for row in rows if row["svname"] == "BACKEND"), None)
 
 
 def test_the_balancers_line_is_as_long_as_the_hosts_and_one_more_is_refused_at_once(

@@ -50,6 +50,26 @@ FORWARDED_PORT = """listen local{port}
 """
 
 
+def balancer_config(servers: dict[str, str]) -> str:
+    """ops/haproxy.cfg with a `server` line for each of `servers` (name: address:port), as an
+    operator appends them."""
+    lines = "".join(f"    server {name} {address}\n" for name, address in servers.items())
+    return (ROOT / "ops" / "haproxy.cfg").read_text() + lines
+
+
+def balancer_stats(socket_path: pathlib.Path) -> list[dict[str, str]]:
+    """The rows of the balancer's `show stat` (its runtime API on `socket_path`), none while it
+    is not listening yet."""
+    try:
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(str(socket_path))
+            connection.sendall(b"show stat\n")
+            answer = b"".join(iter(lambda: connection.recv(65536), b""))
+    except OSError:
+        return []
+    return list(csv.DictReader(io.StringIO(answer.decode().lstrip("# "))))
+
+
 def unavailable_reason() -> str | None:
     """Why hosts cannot be made here (not root, a tool missing), or None."""
     if os.geteuid() != 0:
@@ -261,11 +281,14 @@ class Hosts:
 
     def _start_balancer(self) -> None:
         config = self.work_dir / "haproxy.cfg"
-        servers = "".join(
-            f"    server {name} {address}:{APP_PORT}\n"
-            for name, address in zip(self.names, self.addresses, strict=True)
+        config.write_text(
+            balancer_config(
+                {
+                    name: f"{address}:{APP_PORT}"
+                    for name, address in zip(self.names, self.addresses, strict=True)
+                }
+            )
         )
-        config.write_text((ROOT / "ops" / "haproxy.cfg").read_text() + servers)
         env = {
             **os.environ,
             "BALANCER_BIND": f"{self.balancer_address}:{BALANCER_PORT}",
@@ -276,15 +299,11 @@ class Hosts:
 
     def states(self) -> dict[str, str]:
         """Each host's state as the balancer sees it: UP, DOWN, or on the way ("UP 1/2")."""
-        try:
-            with socket.socket(socket.AF_UNIX) as connection:
-                connection.connect(str(self.socket_path))
-                connection.sendall(b"show stat\n")
-                answer = b"".join(iter(lambda: connection.recv(65536), b""))
-        except OSError:  # not listening yet
-            return {}
-        rows = csv.DictReader(io.StringIO(answer.decode().lstrip("# ")))
-        return {row["svname"]: row["status"] for row in rows if row["pxname"] == "app_hosts"}
+        return {
+            row["svname"]: row["status"]
+            for row in balancer_stats(self.socket_path)
+            if row["pxname"] == "app_hosts"
+        }
 
     def wait_for_state(self, name: str, state: str) -> None:
         deadline = time.monotonic() + DEADLINE_SECONDS
