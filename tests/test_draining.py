@@ -5,6 +5,7 @@ server ends its event streams, stops accepting and finishes what is in flight be
 import concurrent.futures
 import os
 import signal
+import socket
 import time
 import uuid
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from support.event_stream import ENDED, stream
 from support.helpers import WAIT_SECONDS, WAITS_UNBOUNDED, bearer, locked, scalar, wait_for
-from support.live import signalled_server
+from support.live import signalled_server, starting_server
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +26,32 @@ def _inserts_waiting(database_url: str) -> int:
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"product\"%%'",
     )
+
+
+def _first_connection(port: int) -> socket.socket:
+    """A connection to `port` the moment it is taken: the kernel takes one as soon as a socket
+    listens there, before the server accepts it."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=WAIT_SECONDS)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {WAIT_SECONDS} s for port {port} to listen") from None
+            time.sleep(0.002)  # a start's first instants are what this watches
+
+
+def _answer(connection: socket.socket, request: bytes) -> bytes:
+    """What the server sends back to `request` before it closes; b"" if it resets instead."""
+    received = []
+    with connection:
+        try:
+            connection.sendall(request)
+            while chunk := connection.recv(65536):
+                received.append(chunk)
+        except ConnectionResetError:
+            return b""
+    return b"".join(received)
 
 
 def _refused(base: str) -> bool:
@@ -94,3 +121,24 @@ def test_sigterm_to_the_whole_process_group_drains_too(app, database_url):
         assert httpx.get(f"{base}/v1/products", headers=bearer()).status_code == 200
         wait_for(lambda: _refused(base), "the server to stop accepting")
         process.wait(timeout=120)
+
+
+@pytest.mark.parametrize("production", [False, True], ids=["uvicorn", "gunicorn"])
+def test_sigterm_as_the_server_starts_answers_what_it_has_taken(app, database_url, production):
+    """A connection the port takes is answered even when SIGTERM follows at once: a server (each
+    gunicorn worker) listens only once its drain is in place. A gunicorn worker listened as it
+    began to run, before its drain and even its event loop, and a SIGTERM then reset what the
+    kernel had queued for it, as a deploy that stops a server just started would."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("draining is the server's, not the database's")
+    with starting_server(
+        database_url, production, DRAIN_SECONDS=str(DRAIN_SECONDS), WEB_CONCURRENCY="2"
+    ) as (process, port):
+        connection = _first_connection(port)
+        if production:
+            os.killpg(process.pid, signal.SIGTERM)  # each worker, starting or serving
+        else:
+            process.send_signal(signal.SIGTERM)
+        request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        assert _answer(connection, request).startswith(b"HTTP/1.1 200 ")
+        process.wait(timeout=WAIT_SECONDS)

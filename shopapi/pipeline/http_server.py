@@ -443,12 +443,25 @@ class HttpProtocol(HttpToolsProtocol):
         return uvicorn_internals.default_headers(self)
 
 
+def _bound(address: tuple[str, int]) -> socket.socket:
+    """A socket bound to `address` beside the other workers' (SO_REUSEPORT) but not listening:
+    the kernel queues no connection for it until the server listens, once it serves."""
+    host, port = address
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn's own
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
 class UvicornWorker(_UvicornWorker):
     """gunicorn's uvicorn worker, speaking HttpProtocol. With gunicorn's `reuse_port`, each
-    worker listens on sockets of its own, which the kernel gives connections to evenly; this
-    worker opens them once its app is loaded, where gunicorn would open them at the fork: a
-    worker still loading would be given connections it cannot answer yet, and reset them if
-    stopped before it serves."""
+    worker listens on sockets of its own, which the kernel gives connections to evenly. gunicorn
+    would open them listening at the fork; this worker binds them once its app is loaded, and
+    its server listens on them once its lifespan has started (as uvicorn alone listens), the
+    drain in place (pipeline/draining.py). A socket that listened sooner was given connections
+    that a SIGTERM then reset: before the app loaded, or before the drain was there to defer it."""
 
     CONFIG_KWARGS: ClassVar[dict] = {**_UvicornWorker.CONFIG_KWARGS, "http": HttpProtocol}
 
@@ -460,8 +473,21 @@ class UvicornWorker(_UvicornWorker):
 
     def run(self) -> None:
         if self.cfg.reuse_port:
-            self.sockets = gunicorn_sockets.create_sockets(self.cfg, self.log)
+            # A Unix socket is not shared: each worker's replaces the last, as gunicorn's does.
+            self.sockets = [
+                _bound(address)
+                if isinstance(address, tuple)
+                else gunicorn_sockets.UnixSocket(address, self.cfg, self.log)
+                for address in self.cfg.address
+            ]
             # The master's line names no socket: it holds the ports but listens on none.
-            listening = ",".join(str(listener) for listener in self.sockets)
-            self.log.info("Listening at: %s (%s)", listening, self.pid)
+            bound = ",".join(_url(listener) for listener in self.sockets)
+            self.log.info("Listening at: %s (%s)", bound, self.pid)
         return super().run()
+
+
+def _url(sock) -> str:
+    if isinstance(sock, gunicorn_sockets.UnixSocket):
+        return str(sock)
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"

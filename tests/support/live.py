@@ -171,11 +171,25 @@ def production_server(database_url: str, **env):
 
 
 @contextlib.contextmanager
-def signalled_server(database_url: str, production: bool = False, **env):
-    """As live_server (production_server when `production`), for a test that signals the
-    server itself: its process and its base URL."""
+def starting_server(database_url: str, production: bool = False, **env):
+    """As signalled_server, but not waited for, for a test of the server's start: its process
+    and its port; stopped (SIGTERM) after."""
     port = free_port()
     start = _gunicorn_process if production else _uvicorn_process
     process = start(port, database_url, env)
-    with _serving(process, port) as base:
+    try:
+        yield process, port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def signalled_server(database_url: str, production: bool = False, **env):
+    """As live_server (production_server when `production`), for a test that signals the
+    server itself: its process and its base URL."""
+    with (
+        starting_server(database_url, production, **env) as (process, port),
+        _serving(process, port) as base,
+    ):
         yield process, base
