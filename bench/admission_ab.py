@@ -35,6 +35,9 @@ VARIANTS = {
     "4+8, waits 1 s/10 ms": {"ADMISSION_STANDING_WAIT_MS": "10"},
     "4+8, waits 1 s/20 ms (default)": {},
     "4+8, waits 1 s/50 ms": {"ADMISSION_STANDING_WAIT_MS": "50"},
+    # Fewer executing at once: each runs with fewer threads sharing the worker's GIL.
+    "2+8, waits 1 s/20 ms": {"ADMISSION_CONCURRENCY": "2"},
+    "3+8, waits 1 s/20 ms": {"ADMISSION_CONCURRENCY": "3"},
     # A short line instead of a short wait: a full line refuses at the door, and a place that
     # frees finds a waiter.
     "4+2, waits 1 s": {"ADMISSION_QUEUE": "2", **ONE_WAIT},
