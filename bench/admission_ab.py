@@ -4,9 +4,10 @@ each measured as `make bench` measures goals T1 and T2: its saturated rate (2xx 
 constant rate, offered the closed loop's: load.open_loop_saturation), then a constant rate at
 0.2, 0.7 and 2.0 of it, every answer timed from when it was due.
 Each variant runs in turn, twice (interleaved rounds), on the bench's seeded primary and standby.
-Writes bench/results/admission-ab.{json,md}; --pool reports earlier runs' rounds together.
+Writes bench/results/admission-ab.{json,md} (--report names another pair there); --pool reports
+earlier runs' rounds together.
 
-    python bench/admission_ab.py [--rounds N] [--variants NAME ...]
+    python bench/admission_ab.py [--rounds N] [--variants NAME ...] [--report NAME]
     python bench/admission_ab.py --pool run1.json run2.json
 """
 
@@ -27,24 +28,25 @@ from bench import load  # noqa: E402
 # burst or overload; "waits 1 s/20 ms" waits 1 s in a burst and 20 ms once it has refused someone.
 ONE_WAIT = {"ADMISSION_STANDING_WAIT_MS": "1000"}
 SHORT_BURST_WAIT = {"ADMISSION_MAX_WAIT_MS": "100", "ADMISSION_STANDING_WAIT_MS": "10"}
+FOUR = {"ADMISSION_CONCURRENCY": "4"}  # the default until 2 measured better (2+8 below)
 VARIANTS = {
     "off": {"ADMISSION_CONCURRENCY": "0"},
-    "4+8, waits 1 s": ONE_WAIT,
-    "2+4, waits 1 s": {"ADMISSION_CONCURRENCY": "2", "ADMISSION_QUEUE": "4", **ONE_WAIT},
+    "4+8, waits 1 s": {**FOUR, **ONE_WAIT},
+    "2+4, waits 1 s": {"ADMISSION_QUEUE": "4", **ONE_WAIT},
     "8+16, waits 1 s": {"ADMISSION_CONCURRENCY": "8", "ADMISSION_QUEUE": "16", **ONE_WAIT},
-    "4+8, waits 1 s/10 ms": {"ADMISSION_STANDING_WAIT_MS": "10"},
-    "4+8, waits 1 s/20 ms (default)": {},
-    "4+8, waits 1 s/50 ms": {"ADMISSION_STANDING_WAIT_MS": "50"},
+    "4+8, waits 1 s/10 ms": {**FOUR, "ADMISSION_STANDING_WAIT_MS": "10"},
+    "4+8, waits 1 s/20 ms": FOUR,
+    "4+8, waits 1 s/50 ms": {**FOUR, "ADMISSION_STANDING_WAIT_MS": "50"},
     # Fewer executing at once: each runs with fewer threads sharing the worker's GIL.
-    "2+8, waits 1 s/20 ms": {"ADMISSION_CONCURRENCY": "2"},
+    "2+8, waits 1 s/20 ms (default)": {},
     "3+8, waits 1 s/20 ms": {"ADMISSION_CONCURRENCY": "3"},
     # A short line instead of a short wait: a full line refuses at the door, and a place that
     # frees finds a waiter.
-    "4+2, waits 1 s": {"ADMISSION_QUEUE": "2", **ONE_WAIT},
-    "4+8, waits 100/10 ms": SHORT_BURST_WAIT,
-    "2+8, waits 100/10 ms": {"ADMISSION_CONCURRENCY": "2", **SHORT_BURST_WAIT},
+    "4+2, waits 1 s": {**FOUR, "ADMISSION_QUEUE": "2", **ONE_WAIT},
+    "4+8, waits 100/10 ms": {**FOUR, **SHORT_BURST_WAIT},
+    "2+8, waits 100/10 ms": SHORT_BURST_WAIT,
     # Flask's threads (and the pool) cut to what the gate lets execute.
-    "4+8, waits 1 s/20 ms, 4 threads": {"DATABASE_POOL_SIZE": "4"},
+    "4+8, waits 1 s/20 ms, 4 threads": {**FOUR, "DATABASE_POOL_SIZE": "4"},
 }
 FRACTIONS = (0.2, 0.7, 2.0)
 SATURATION_SECONDS = 8
@@ -112,11 +114,11 @@ def pooled(paths: list[pathlib.Path]) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for path in paths:
         for name, variant in json.loads(path.read_text())["runs"].items():
-            runs[name] += variant
+            runs.setdefault(name, []).extend(variant)  # a name since changed comes last
     return {name: variant for name, variant in runs.items() if variant}
 
 
-def write_report(runs: dict[str, list[dict]], measured: str) -> None:
+def write_report(runs: dict[str, list[dict]], measured: str, report_name: str) -> None:
     for variant in runs.values():
         for run in variant:
             run["goodput_over"] = run["steps"][str(load.OVERLOAD)]["goodput"]
@@ -133,7 +135,7 @@ def write_report(runs: dict[str, list[dict]], measured: str) -> None:
         }
         for name, variant in runs.items()
     }
-    (load.RESULTS / "admission-ab.json").write_text(
+    (load.RESULTS / f"{report_name}.json").write_text(
         json.dumps({"summary": summary, "runs": runs}, indent=2) + "\n"
     )
     lines = [
@@ -159,7 +161,7 @@ def write_report(runs: dict[str, list[dict]], measured: str) -> None:
             f"| {s['p99_over_shed_ms']:.1f} |"
         )
     report = "\n".join([*lines, "", measured]) + "\n"
-    (load.RESULTS / "admission-ab.md").write_text(report)
+    (load.RESULTS / f"{report_name}.md").write_text(report)
     print(report)
 
 
@@ -167,6 +169,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--report", default="admission-ab", help="bench/results/REPORT.{json,md}")
     parser.add_argument(
         "--pool", nargs="+", type=pathlib.Path, metavar="JSON",
         help="measure nothing: report the rounds of these earlier admission-ab.json together",
@@ -176,6 +179,7 @@ def main() -> None:
         write_report(
             pooled(arguments.pool),
             f"Rounds pooled from {len(arguments.pool)} runs, interleaved in each.",
+            arguments.report,
         )
         return
     load_before = os.getloadavg()[0]
@@ -186,6 +190,7 @@ def main() -> None:
         f"Interleaved rounds. Load average (1 min) {load_before:.1f} before the run, "
         f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores: above the cores, other work "
         "shared the CPU.",
+        arguments.report,
     )
 
 

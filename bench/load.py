@@ -76,9 +76,9 @@ REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SHOPAPI_PORT, BASELINE_PORT, SCALE_OUT_PORTS, FLOOR_PORT = 8200, 8201, (8202, 8203), 8204
 # The load: connections kept open by wrk's two threads, seconds per measured round. A closed
 # loop keeps that many requests at the server: no more than one worker runs and queues
-# (ADMISSION_CONCURRENCY 4 + ADMISSION_QUEUE 8), which would refuse the rest, however the
+# (ADMISSION_CONCURRENCY 2 + ADMISSION_QUEUE 8), which would refuse the rest, however the
 # connections fall on the workers (16 on two workers were refused whenever 13 fell on one).
-CONNECTIONS, THREADS = 12, 2
+CONNECTIONS, THREADS = 10, 2
 ROUNDS, ROUND_SECONDS, WARM_UP_SECONDS = 3, 10, 3
 OPERATION_SECONDS, STEP_SECONDS = 5, 6
 # BENCH_QUICK=1: one short round of everything, to try the script; its numbers mean nothing.

@@ -61,7 +61,7 @@ class Settings:
     # A waiter waits at most ADMISSION_MAX_WAIT_MS while the line absorbs a burst, and at most
     # ADMISSION_STANDING_WAIT_MS within that long of the line last refusing someone (overload).
     # ADMISSION_CONCURRENCY=0: no limit, no line.
-    admission_concurrency: int = _setting("ADMISSION_CONCURRENCY", parse.integer(0, 1000), 4)
+    admission_concurrency: int = _setting("ADMISSION_CONCURRENCY", parse.integer(0, 1000), 2)
     admission_queue: int = _setting("ADMISSION_QUEUE", parse.integer(0, 100_000), 8)
     admission_max_wait_ms: int = _setting("ADMISSION_MAX_WAIT_MS", parse.integer(1, 600_000), 1000)
     admission_standing_wait_ms: int = _setting(
