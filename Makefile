@@ -165,7 +165,7 @@ bench: install-dev wrk pgbouncer valgrind
 	  BENCH_DATABASE_URL=$(REVOCATION_BENCH_DATABASE_URL) $(BIN)/python bench/revocation_cost.py; \
 	  BENCH_DATABASE_URL=$(INSTRUCTIONS_BENCH_DATABASE_URL) $(BIN)/python bench/list_instructions.py; fi
 
-# How a worker should run more requests than it can serve: mix_v3 at 0.2, 0.7 and 2.0 of its
+# How a worker should run more requests than it can serve: mix_v3 at 0.2, 0.7, 0.9 and 2.0 of its
 # saturation with admission control off and at several limits and waits, interleaved rounds
 # (bench/admission_ab.py, about a minute and a half a variant and round: 25 minutes for all);
 # ADMISSION_AB='--rounds 3 --variants off "4+8, waits 1 s"' picks: bench/results/admission-ab.md.
