@@ -8,6 +8,7 @@ leaves nothing behind: no metrics directory in the temporary directory, no contr
 """
 
 import atexit
+import functools
 import json
 import logging
 import multiprocessing
@@ -18,6 +19,9 @@ import shutil
 import socket
 import tempfile
 
+from gunicorn import sock as gunicorn_sock
+
+from shopapi.pipeline.http_server import worker_sockets
 from shopapi.settings import Settings, generated_secrets
 
 log = logging.getLogger("gunicorn.error")
@@ -30,7 +34,7 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # gunicorn's limit_request_line, limit_request_fields and limit_request_field_size would not
 # apply: uvicorn parses requests.
 worker_class = "shopapi.pipeline.http_server.UvicornWorker"
-# Each worker listens on sockets of its own (SO_REUSEPORT), which it opens once its app is loaded
+# Each worker listens on sockets of its own (SO_REUSEPORT), once its app is loaded and serves
 # (shopapi/pipeline/http_server.py), and the kernel spreads new connections over them evenly. On
 # one shared socket, whichever worker woke first took a whole burst of connections, and kept
 # them: under an open-loop load one worker held 337 connections and the other 87
@@ -40,6 +44,24 @@ worker_class = "shopapi.pipeline.http_server.UvicornWorker"
 # runs one server); and a worker stopping alone resets the connections still queued on its
 # socket, unless net.ipv4.tcp_migrate_req hands them to the others (docs/operations.md).
 reuse_port = True
+# gunicorn opens a worker's sockets in the worker just after its fork, listening: the kernel then
+# queues connections for a worker that cannot answer them for seconds, and a SIGTERM meanwhile
+# resets them. A worker's sockets are bound there instead, and listened on once it serves
+# (worker_sockets). The master keeps gunicorn's own (it opens none with reuse_port).
+_MASTER_PID = os.getpid()
+_gunicorn_create_sockets = getattr(
+    gunicorn_sock.create_sockets, "__wrapped__", gunicorn_sock.create_sockets
+)  # as gunicorn made it, when a reload (HUP) reads this file again
+
+
+@functools.wraps(_gunicorn_create_sockets)
+def _create_sockets(conf, log, fds=None):
+    if os.getpid() == _MASTER_PID or not conf.reuse_port:
+        return _gunicorn_create_sockets(conf, log, fds)
+    return worker_sockets(conf, log)
+
+
+gunicorn_sock.create_sockets = _create_sockets
 # Idle kept-alive connections close after this (as `make serve`'s uvicorn does); a load balancer
 # in front should give up on idle connections sooner.
 keepalive = 5

@@ -41,12 +41,11 @@ def _first_connection(port: int) -> socket.socket:
             time.sleep(0.002)  # a start's first instants are what this watches
 
 
-def _answer(connection: socket.socket, request: bytes) -> bytes:
-    """What the server sends back to `request` before it closes; b"" if it resets instead."""
+def _answer(connection: socket.socket) -> bytes:
+    """What the server sends back before it closes; b"" if it resets instead."""
     received = []
     with connection:
         try:
-            connection.sendall(request)
             while chunk := connection.recv(65536):
                 received.append(chunk)
         except ConnectionResetError:
@@ -135,10 +134,12 @@ def test_sigterm_as_the_server_starts_answers_what_it_has_taken(app, database_ur
         database_url, production, DRAIN_SECONDS=str(DRAIN_SECONDS), WEB_CONCURRENCY="2"
     ) as (process, port):
         connection = _first_connection(port)
+        # Sent before the signal: however long this test then takes, the request has arrived
+        # while the server still serves.
+        connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         if production:
             os.killpg(process.pid, signal.SIGTERM)  # each worker, starting or serving
         else:
             process.send_signal(signal.SIGTERM)
-        request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        assert _answer(connection, request).startswith(b"HTTP/1.1 200 ")
+        assert _answer(connection).startswith(b"HTTP/1.1 200 ")
         process.wait(timeout=WAIT_SECONDS)

@@ -443,9 +443,21 @@ class HttpProtocol(HttpToolsProtocol):
         return uvicorn_internals.default_headers(self)
 
 
+def worker_sockets(conf, log) -> list:
+    """The sockets of a gunicorn worker with `reuse_port`, in the place of gunicorn's
+    `create_sockets`, which opens them listening just after the fork (ops/gunicorn.conf.py puts
+    this there): each TCP address bound beside the other workers' (SO_REUSEPORT) but not
+    listening, so that the kernel queues no connection for the worker until its server listens,
+    once it serves. A Unix socket is not shared: gunicorn's own, as before."""
+    return [
+        _bound(address)
+        if isinstance(address, tuple)
+        else gunicorn_sockets.UnixSocket(address, conf, log)
+        for address in conf.address
+    ]
+
+
 def _bound(address: tuple[str, int]) -> socket.socket:
-    """A socket bound to `address` beside the other workers' (SO_REUSEPORT) but not listening:
-    the kernel queues no connection for it until the server listens, once it serves."""
     host, port = address
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn's own
@@ -457,29 +469,16 @@ def _bound(address: tuple[str, int]) -> socket.socket:
 
 class UvicornWorker(_UvicornWorker):
     """gunicorn's uvicorn worker, speaking HttpProtocol. With gunicorn's `reuse_port`, each
-    worker listens on sockets of its own, which the kernel gives connections to evenly. gunicorn
-    would open them listening at the fork; this worker binds them once its app is loaded, and
-    its server listens on them once its lifespan has started (as uvicorn alone listens), the
-    drain in place (pipeline/draining.py). A socket that listened sooner was given connections
-    that a SIGTERM then reset: before the app loaded, or before the drain was there to defer it."""
+    worker listens on sockets of its own, which the kernel gives connections to evenly: bound at
+    the fork (worker_sockets), listened on by uvicorn's server once its lifespan has started (as
+    uvicorn alone listens), the app loaded and the drain in place (pipeline/draining.py). A
+    socket that listened sooner was given connections it could not answer yet, and reset them
+    when a SIGTERM stopped the worker as it started."""
 
     CONFIG_KWARGS: ClassVar[dict] = {**_UvicornWorker.CONFIG_KWARGS, "http": HttpProtocol}
 
-    def init_process(self) -> None:
-        if self.cfg.reuse_port:
-            gunicorn_sockets.close_sockets(self.sockets, unlink=False)
-            self.sockets = []
-        super().init_process()  # loads the app, then runs
-
     def run(self) -> None:
         if self.cfg.reuse_port:
-            # A Unix socket is not shared: each worker's replaces the last, as gunicorn's does.
-            self.sockets = [
-                _bound(address)
-                if isinstance(address, tuple)
-                else gunicorn_sockets.UnixSocket(address, self.cfg, self.log)
-                for address in self.cfg.address
-            ]
             # The master's line names no socket: it holds the ports but listens on none.
             bound = ",".join(_url(listener) for listener in self.sockets)
             self.log.info("Listening at: %s (%s)", bound, self.pid)
