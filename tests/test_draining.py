@@ -125,9 +125,10 @@ def test_sigterm_to_the_whole_process_group_drains_too(app, database_url):
 @pytest.mark.parametrize("production", [False, True], ids=["uvicorn", "gunicorn"])
 def test_sigterm_as_the_server_starts_answers_what_it_has_taken(app, database_url, production):
     """A connection the port takes is answered even when SIGTERM follows at once: a server (each
-    gunicorn worker) listens only once its drain is in place. A gunicorn worker listened as it
-    began to run, before its drain and even its event loop, and a SIGTERM then reset what the
-    kernel had queued for it, as a deploy that stops a server just started would."""
+    gunicorn worker) listens only once its drain is in place. A gunicorn worker listened from
+    its fork (gunicorn's socket, then its own), before its drain and even its event loop, and a
+    SIGTERM then reset what the kernel had queued for it, as a deploy that stops a server just
+    started would; so did the swap of one socket for the other."""
     if not database_url.startswith("postgresql"):
         pytest.skip("draining is the server's, not the database's")
     with starting_server(
