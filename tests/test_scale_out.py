@@ -67,6 +67,11 @@ def topology(database_url, tmp_path_factory):
         "IDEMPOTENCY_LEASE_SECONDS": str(LEASE_SECONDS),
         "DATABASE_POOL_SIZE": "6",
         **WAITS_UNBOUNDED,  # orders are parked on a locked row while a host is killed
+        # A host (one worker) executes as many as the balancer sends it (HOST_MAXCONN, 4): the
+        # parked orders hold their places throughout, and the load's lists take the others.
+        # With the default 2, two parked orders filled a host, its lists waited in its own line
+        # and were refused 503 once the wait ran out.
+        "ADMISSION_CONCURRENCY": "4",
     }
     work_dir = tmp_path_factory.mktemp("hosts")
     with Hosts(
