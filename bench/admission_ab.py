@@ -125,14 +125,14 @@ def write_report(runs: dict[str, list[dict]], measured: str, report_name: str) -
         for run in variant:
             run["goodput_over"] = run["steps"][str(load.OVERLOAD)]["goodput"]
     keys = ("saturated", "app_cpu_ms", "t1", "errors_high", "errors_near", "goodput_over")
-    keys += ("t2_goodput",)
-    keys += ("t2_errors", "t2_p99_ok", "p50_low_ms", "p99_high_ms", "p99_over_ok_ms")
-    keys += ("p99_over_shed_ms",)
+    keys += ("t2_goodput", "t2_errors", "t2_p99_ok", "p50_low_ms", "p99_high_ms")
+    keys += ("p99_over_ok_ms", "p99_over_shed_ms")
+    summed = ("errors_high", "errors_near", "t2_errors")
     # Errors are counted over every round; the rest are medians.
     summary = {
         name: {
             # Runs from before a key was measured (errors at 0.9) have none: nan.
-            key: (sum if key in ("errors_high", "errors_near", "t2_errors") else statistics.median)(
+            key: (sum if key in summed else statistics.median)(
                 run.get(key, float("nan")) for run in variant
             )
             for key in keys

@@ -56,7 +56,7 @@ _gunicorn_create_sockets = getattr(
 
 @functools.wraps(_gunicorn_create_sockets)
 def _create_sockets(conf, log, fds=None):
-    if os.getpid() == _MASTER_PID or not conf.reuse_port:
+    if os.getpid() == _MASTER_PID:  # gunicorn calls it in a worker only with reuse_port
         return _gunicorn_create_sockets(conf, log, fds)
     return worker_sockets(conf, log)
 
@@ -114,13 +114,12 @@ def _remove_created_metrics_dir() -> None:
 if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="shopapi-metrics-")
     os.environ[_CREATED_METRICS_DIR] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
-    _master_pid = os.getpid()
 
     @atexit.register
     def _remove_at_master_exit() -> None:
         # When the server fails to start (a port in use), on_exit is not called. The workers,
         # forked from the master, inherit this too: the directory is not theirs to remove.
-        if os.getpid() == _master_pid:
+        if os.getpid() == _MASTER_PID:
             _remove_created_metrics_dir()
 
 
