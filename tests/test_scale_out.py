@@ -26,7 +26,7 @@ from support.helpers import (
     wait_for,
 )
 
-from shopapi.testing.hosts import Hosts, unavailable_reason
+from shopapi.testing.hosts import Hosts, balancer_stats, unavailable_reason
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +37,11 @@ LOAD_THREADS = 4
 CHECK_INTERVAL, DRAIN_SECONDS = "300ms", 2
 LEASE_SECONDS = 2
 STOCK = 1_000_000
+# What a host (one worker) executes at once, and the balancer sends it: the orders parked on a
+# locked row hold their places throughout, the load's lists take the others. With the default
+# 2, two parked orders filled a host, its lists waited in line and were refused 503 once the
+# wait ran out.
+HOST_CONCURRENCY = 5
 
 
 def _unavailable() -> str | None:
@@ -67,11 +72,7 @@ def topology(database_url, tmp_path_factory):
         "IDEMPOTENCY_LEASE_SECONDS": str(LEASE_SECONDS),
         "DATABASE_POOL_SIZE": "6",
         **WAITS_UNBOUNDED,  # orders are parked on a locked row while a host is killed
-        # A host (one worker) executes as many as the balancer sends it (HOST_MAXCONN, 4): the
-        # parked orders hold their places throughout, and the load's lists take the others.
-        # With the default 2, two parked orders filled a host, its lists waited in its own line
-        # and were refused 503 once the wait ran out.
-        "ADMISSION_CONCURRENCY": "4",
+        "ADMISSION_CONCURRENCY": str(HOST_CONCURRENCY),
     }
     work_dir = tmp_path_factory.mktemp("hosts")
     with Hosts(
@@ -206,6 +207,10 @@ def test_requests_through_the_balancer_reach_every_host(hosts, api):
     assert all(served[name] for name in hosts.names), served
     # Each request served once, by one host.
     assert sorted(rid for ids in served.values() for rid in ids) == sorted(request_ids)
+    # The balancer sends a host as many as its one worker runs at once (not HAProxy's 4 for
+    # production's two workers).
+    limits = {row["svname"]: row["slim"] for row in balancer_stats(hosts.socket_path)}
+    assert [limits[name] for name in hosts.names] == [str(HOST_CONCURRENCY)] * HOSTS, limits
 
 
 def test_a_rolling_restart_under_load_fails_no_request(hosts, api):

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from shopapi.settings import Settings
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 APP_PORT, BALANCER_PORT = 8000, 8080
 # Generous: on a busy 2-core machine a cold start (imports, contract, database) takes seconds.
@@ -294,8 +296,20 @@ class Hosts:
             "BALANCER_BIND": f"{self.balancer_address}:{BALANCER_PORT}",
             "HAPROXY_STATS_SOCKET": str(self.socket_path),
             "CHECK_INTERVAL": self.check_interval,
+            **self._host_limits(),
         }
         self._spawn("balancer", self._namespace("lb"), ["haproxy", "-db", "-f", str(config)], env)
+
+    def _host_limits(self) -> dict[str, str]:
+        """What the balancer sends a host at once and keeps in line for it, as ops/haproxy.cfg
+        tells an operator to set them: the host's workers times its ADMISSION_CONCURRENCY, and
+        times its ADMISSION_QUEUE (HAProxy's defaults assume 2 workers, these hosts run
+        `workers`). 0 is HAProxy's "no limit", as it is the app's."""
+        settings = Settings.from_env({**os.environ, **self.env}, warn_of_generated_secrets=False)
+        return {
+            "HOST_MAXCONN": str(self.workers * settings.admission_concurrency),
+            "HOST_QUEUE": str(self.workers * settings.admission_queue),
+        }
 
     def states(self) -> dict[str, str]:
         """Each host's state as the balancer sees it: UP, DOWN, or on the way ("UP 1/2")."""
