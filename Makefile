@@ -113,6 +113,7 @@ worker: install
 
 # One worker more than there are cores: part of the suite waits (servers starting, timeouts, the
 # browser), and the cores stay busy meanwhile (on 2 cores, 3 workers took 9:12, 2 took 9:59).
+# One more adds only its own set-up: 4 took 17:06 where 3 had taken 16:49 on a slower machine.
 # worksteal keeps them all busy to the end (a contract-fuzzing run takes minutes).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
@@ -122,9 +123,11 @@ test: install-dev contract-tools
 	$(PYTEST) --ignore=tests/test_faults.py -m "not deep" $(PYTEST_ARGS)
 
 # The tests that take minutes each (marked `deep`: schemathesis on every served contract, from
-# inside and from outside; the package installed at its dependency floors), side by side.
+# inside and from outside; the package installed at its dependency floors), side by side, and
+# the property-based searches (marked `search`) again: `.ci/run` runs this with the deeper `ci`
+# Hypothesis profile, at which those searches take minutes too.
 test-deep: install-dev contract-tools
-	$(PYTEST) --ignore=tests/test_faults.py -m deep $(PYTEST_ARGS)
+	$(PYTEST) --ignore=tests/test_faults.py -m "deep or search" $(PYTEST_ARGS)
 
 # The fault suite's invariants (tests/test_faults.py, a few minutes, as root): the production
 # layout under every fault of `make faults`, with fewer clients. Apart from `make test`, which it

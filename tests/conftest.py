@@ -40,8 +40,9 @@ RUN_ID = pytest.StashKey[str]()
 POSTGRES_UNAVAILABLE = "PostgreSQL unavailable"
 
 # The property-based searches' budgets: a quick default for `make test`, and the `ci` profile
-# (HYPOTHESIS_PROFILE=ci, which .ci/run sets) for depth. The ci profile keeps Hypothesis's own
-# for CI (derandomized, no example database); tests/test_contract.py sizes schemathesis by it too.
+# (HYPOTHESIS_PROFILE=ci, which .ci/run sets for `make test-deep`) for depth. The ci profile
+# keeps Hypothesis's own for CI (derandomized, no example database); tests/test_contract.py
+# sizes schemathesis by it too.
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=250)
 settings.register_profile("dev", max_examples=40)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.contract_walk import operations, pointers_of_format
 from support.contract_walk import patterns as contract_patterns
-from support.helpers import assert_problem, create_user
+from support.helpers import ONE_DATABASE, assert_problem, create_user
 
 from shopapi.contract.patterns import ecma_regex
 
@@ -329,7 +329,8 @@ def requests(draw, ops):
     return op.method, f"http://testserver{path}?{query}", headers, body
 
 
-@pytest.mark.slow  # about 10 s a database
+@pytest.mark.slow
+@pytest.mark.search  # as many examples as the Hypothesis profile gives
 def test_no_request_built_from_the_contract_is_a_server_error(client):
     # Not the event stream: a request it accepts never ends, and this client reads a whole
     # answer. Schemathesis fuzzes its input over a live server (tests/test_contract.py).
@@ -378,6 +379,7 @@ def _near(value: str) -> list[str]:
 
 
 @pytest.mark.slow  # node, and a search of each pattern's values
+@ONE_DATABASE  # the contracts' patterns: the client only fetches the documents
 def test_every_pattern_means_what_it_means_to_a_javascript_client(client):
     """JSON Schema's `pattern` is an ECMA-262 regular expression: under Python's `re` a `$`
     matched before a final newline, so a device token ending in one was taken, and jammed the

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from openapi_spec_validator import validate
 from support.contract_walk import follow_ref
+from support.helpers import ONE_DATABASE
 from support.live import ROOT, live_server
 
 from models import demo, seed
@@ -97,6 +98,7 @@ def test_the_contract_is_prepared_bytes_revalidated_by_etag(anonymous):
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_the_contract_is_gzipped_for_clients_that_ask(database_url):
     # A live server: the test client would decode the gzip body before the test sees it.
     with live_server(database_url) as base, httpx.Client(base_url=base) as http:

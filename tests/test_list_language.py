@@ -148,7 +148,8 @@ def walk_cursor(client, query, per_page):
     raise AssertionError("the cursor walk did not end")
 
 
-@pytest.mark.slow  # as many examples as the Hypothesis profile gives (tests/conftest.py)
+@pytest.mark.slow
+@pytest.mark.search  # as many examples as the Hypothesis profile gives (tests/conftest.py)
 @settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

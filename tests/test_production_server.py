@@ -8,7 +8,7 @@ import itertools
 
 import httpx
 import pytest
-from support.helpers import bearer
+from support.helpers import ONE_DATABASE, bearer
 from support.live import free_port, production_server
 from support.metrics_text import sample_sum
 from support.raw_http import connect, post_head, problem_of, trickle
@@ -19,6 +19,7 @@ METRICS_TOKEN = "metrics-token-for-tests"
 REQUESTS = 40
 
 
+@ONE_DATABASE
 def test_workers_share_one_metrics_view(app, database_url, tmp_path):
     metrics_port = free_port()
     metrics_dir = tmp_path / "metrics"
@@ -54,6 +55,7 @@ def test_workers_share_one_metrics_view(app, database_url, tmp_path):
     assert list(metrics_dir.glob("counter_*.db"))
 
 
+@ONE_DATABASE
 def test_a_body_that_does_not_arrive_in_time_is_given_up(app, database_url):
     # The workers speak the protocol `make serve` does, with its settings from the environment.
     with (

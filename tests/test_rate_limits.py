@@ -18,7 +18,7 @@ import httpx
 import limits
 import pytest
 import redis
-from support.helpers import assert_problem, bearer, create_user
+from support.helpers import ONE_DATABASE, assert_problem, bearer, create_user
 from support.live import live_server, production_server
 from support.metrics_text import sample_sum
 from support.tcp_proxy import TcpProxy
@@ -258,6 +258,7 @@ def _two_servers_sharing_redis(database_url: str):
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_two_server_processes_share_one_quota_in_redis(app, database_url):
     with _two_servers_sharing_redis(database_url) as (first, second):
         headers = _reader()
@@ -311,6 +312,7 @@ def _redis_behind_a_proxy():
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_without_redis_requests_are_served_and_limits_resume_when_it_returns(app, database_url):
     _redis_or_skip()
     with _redis_behind_a_proxy() as (url, proxy):
@@ -398,6 +400,7 @@ def _strangers(n: int) -> list[str]:
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_rotating_forwarded_addresses_from_an_untrusted_peer_are_one_address(app, database_url):
     # The spec's own limits: the token endpoint takes 20 requests a minute from an address.
     with live_server(database_url, RATE_LIMIT_SCALE="1") as base:
@@ -407,6 +410,7 @@ def test_rotating_forwarded_addresses_from_an_untrusted_peer_are_one_address(app
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_a_trusted_proxy_makes_the_forwarded_address_count(app, database_url):
     with live_server(database_url, RATE_LIMIT_SCALE="1", FORWARDED_ALLOW_IPS="127.0.0.1") as base:
         # One client behind the proxy, however the chain before the proxy reads.
@@ -430,6 +434,7 @@ def _one_slash_64(n: int) -> list[str]:
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_every_address_keyed_limit_counts_an_ipv6_slash_64_as_one_address(app, database_url):
     """The token endpoint's 20 a minute per address and the refused credentials' 20 a minute
     per address: 30 addresses of one /64 get what one address gets."""
@@ -473,6 +478,7 @@ def test_wrong_passwords_for_one_account_are_limited_from_any_address(client, da
 
 
 @pytest.mark.slow
+@ONE_DATABASE
 def test_the_production_server_believes_no_forwarded_address_by_default(app, database_url):
     settings = {"RATE_LIMIT_SCALE": "1", "WEB_CONCURRENCY": "1", "FORWARDED_ALLOW_IPS": None}
     with production_server(database_url, **settings) as base:

@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from support.contract_walk import follow_ref
+from support.helpers import ONE_DATABASE
 from support.live import live_server
 
 from models.db import database, open_database, use
@@ -197,6 +198,7 @@ def try_it_out(
     return shown
 
 
+@ONE_DATABASE
 def test_a_person_authorises_with_a_password_and_creates_a_product(base, page):
     product = {"sku": "UI-TEST-1", "name": "From the browser", "price_cents": 1250, "stock": 3}
     authorise_with_password(page, base)
@@ -214,6 +216,7 @@ def test_a_person_authorises_with_a_password_and_creates_a_product(base, page):
     assert [{key: item[key] for key in product} for item in listed.json()["data"]] == [product]
 
 
+@ONE_DATABASE
 def test_a_partner_authorises_with_an_api_key(base, page):
     issued = httpx.post(
         f"{base}/v1/api-keys",
@@ -234,6 +237,7 @@ def test_a_partner_authorises_with_an_api_key(base, page):
     assert try_it_out(page, "list_products") == "200"
 
 
+@ONE_DATABASE
 def test_a_person_syncs_a_batch_and_expands_an_order_in_the_v3_docs(base, page):
     authorise_with_password(page, base, "v3")
     price = {"amount": "2.50", "currency": "EUR"}
@@ -266,6 +270,7 @@ def test_a_person_syncs_a_batch_and_expands_an_order_in_the_v3_docs(base, page):
 FIRST_SCREEN = {"width": 1280, "height": 720}
 
 
+@ONE_DATABASE
 @pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_authorize_is_on_the_first_screen(base, browser, version):
     """The page opens on a short introduction and the Authorize button, not on the conventions:
@@ -285,6 +290,7 @@ def test_authorize_is_on_the_first_screen(base, browser, version):
         context.close()
 
 
+@ONE_DATABASE
 def test_authorization_outlives_a_reload(base, page):
     """Swagger UI keeps the reader's authorization (persistAuthorization) across a reload, so
     "Try it out" still sends it."""
@@ -306,6 +312,7 @@ def _stored(page) -> str:
     )
 
 
+@ONE_DATABASE
 def test_the_browser_keeps_no_password_and_no_refresh_token(base, page):
     """persistAuthorization would keep the password flow's whole state in localStorage, the
     password and the 14-day refresh token included: only the access token is kept."""
@@ -327,6 +334,7 @@ def test_the_browser_keeps_no_password_and_no_refresh_token(base, page):
     assert try_it_out(page, "list_products") == "200"
 
 
+@ONE_DATABASE
 def test_a_password_an_earlier_page_kept_is_forgotten_on_the_next_load(base, page):
     page.goto(f"{base}/v1/ui/")
     earlier = {
@@ -355,6 +363,7 @@ def _measured(parameters: Locator) -> str:
     return f"{rows} parameters, {height:.0f} px (the page: {page} px)"
 
 
+@ONE_DATABASE
 def test_the_products_list_in_try_it_out_folds_its_operator_filters(base, page):
     """GET /products in "Try it out" shows its everyday parameters and folds the operator filters
     (`price_cents[gte]`, ...) behind one button: a reader is not made to scroll past 84 inputs to

@@ -7,6 +7,7 @@ import json
 import time
 
 import psycopg2
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -105,6 +106,12 @@ def assert_problem(response, status: int):
     assert body["request_id"] == response.headers["x-request-id"]
     assert "Traceback" not in response.text
     return body
+
+
+# A test whose subject never reaches the database (how a browser handles the docs UI, a quota
+# that servers share in Redis, what a header means) runs once, on the embedded default: its
+# PostgreSQL half would repeat it. What reads or writes rows runs on both.
+ONE_DATABASE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 # The settings of a server whose requests a test holds on a lock for as long as it needs: by
