@@ -108,9 +108,10 @@ def assert_problem(response, status: int):
     return body
 
 
-# A test whose subject never reaches the database (how a browser handles the docs UI, a quota
-# that servers share in Redis, what a header means) runs once, on the embedded default: its
-# PostgreSQL half would repeat it. What reads or writes rows runs on both.
+# A test whose subject is not what the database does (how a browser handles the docs UI, a
+# quota that servers share in Redis, what a forwarded header means) runs once, on the embedded
+# default: its PostgreSQL half would repeat it. The API calls it makes on the way are tested on
+# both databases by the tests whose subject they are.
 ONE_DATABASE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
