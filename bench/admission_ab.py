@@ -124,9 +124,11 @@ def write_report(runs: dict[str, list[dict]], measured: str, report_name: str) -
     for variant in runs.values():
         for run in variant:
             run["goodput_over"] = run["steps"][str(load.OVERLOAD)]["goodput"]
-    keys = ("saturated", "app_cpu_ms", "t1", "errors_high", "errors_near", "goodput_over")
-    keys += ("t2_goodput", "t2_errors", "t2_p99_ok", "p50_low_ms", "p99_high_ms")
-    keys += ("p99_over_ok_ms", "p99_over_shed_ms")
+    keys = (
+        "saturated", "app_cpu_ms", "t1", "errors_high", "errors_near", "goodput_over",
+        "t2_goodput", "t2_errors", "t2_p99_ok", "p50_low_ms", "p99_high_ms", "p99_over_ok_ms",
+        "p99_over_shed_ms",
+    )  # fmt: skip
     summed = ("errors_high", "errors_near", "t2_errors")
     # Errors are counted over every round; the rest are medians.
     summary = {
