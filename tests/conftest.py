@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 
+import anyio.from_thread
 import connexion
 import peewee
 import pytest
@@ -266,18 +267,30 @@ def app(served):
 
 
 @pytest.fixture
-def client(app):
+def portal():
+    """One event loop, in one thread, for the test's in-process requests: a test client without
+    one starts a thread and a loop for each request, a millisecond of CPU (the app's lifespan,
+    which the client's own `with` would run, is the live servers' to test)."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        yield portal
+
+
+@pytest.fixture
+def client(app, portal):
     """A client with an admin's credentials: most tests are about the API, not about who may
     use it (test_security.py is)."""
     client = app.test_client()
+    client.portal = portal
     client.headers.update(bearer())
     return client
 
 
 @pytest.fixture
-def anonymous(app):
+def anonymous(app, portal):
     """A client with no credentials."""
-    return app.test_client()
+    client = app.test_client()
+    client.portal = portal
+    return client
 
 
 @pytest.fixture
