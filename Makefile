@@ -117,11 +117,12 @@ worker: install
 bytecode: install-dev
 	$(BIN)/python -m compileall -q app.py handlers models shopapi tests/support
 
-# One worker more than there are cores: part of the suite waits (servers starting, timeouts, the
-# browser), and the cores stay busy meanwhile (on 2 cores, 3 workers took 9:12, 2 took 9:59).
-# One more adds only its own set-up: 4 took 17:06 where 3 had taken 16:49 on a slower machine.
-# worksteal keeps them all busy to the end (a contract-fuzzing run takes minutes).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# Two workers more than there are cores: part of the suite waits (servers starting, timeouts,
+# the browser), and the cores stay busy meanwhile. On 2 cores: 3 workers took 9:12 where 2 took
+# 9:59; on 2026-12-03, 4 took 10:34 where 3 took 11:13 (the suite's cores were a fifth idle).
+# On a machine whose cores the suite kept busy, 4 had taken 17:06 against 3's 16:49: a worker's
+# own set-up is all a spare one costs. worksteal keeps them all busy to the end.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 # Every test but the fault suite, which `make test-faults` runs (and `.ci/run` after this), and
 # the few that take minutes each (marked `deep`), which `make test-deep` runs.

@@ -32,8 +32,8 @@ from shopapi.settings import Settings
 from shopapi.testing.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 POSTGRES_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-# Under pytest-xdist (`make test` runs a worker per core) each worker has a database of its own:
-# `test_run<id>_gw0`, `test_run<id>_gw1`, ...; a run without xdist has `test_run<id>`.
+# Under pytest-xdist (`make test` runs a worker per core and two more) each worker has a database
+# of its own: `test_run<id>_gw0`, `test_run<id>_gw1`, ...; a run without xdist has `test_run<id>`.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 # The run's id in its databases' names, the same in all its workers.
 RUN_ID = pytest.StashKey[str]()

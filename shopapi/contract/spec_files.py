@@ -34,6 +34,13 @@ def _parse(path: pathlib.Path) -> dict:
     return yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a safe loader)
 
 
+@functools.cache  # bounded: one entry per spec file
+def _parsed(path: pathlib.Path) -> dict:
+    """A file other specs take parts from, parsed once a process (v3 takes from v2, v2 from v1,
+    all from components.yaml): only read, since what is taken from it is copied."""
+    return _parse(path)
+
+
 def _pointer_parts(pointer: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in pointer.lstrip("/").split("/")]
 
@@ -41,7 +48,6 @@ def _pointer_parts(pointer: str) -> list[str]:
 class _Bundle:
     def __init__(self, path: pathlib.Path):
         self.directory = path.parent
-        self.documents: dict[str, dict] = {}
         spec = _parse(path)
         # Components of the files this spec takes from that its own same-named ones stand for,
         # wherever the parts it takes refer to them: `{parameters: [Prefer]}`.
@@ -74,9 +80,7 @@ class _Bundle:
         self.spec = spec
 
     def _document(self, file: str) -> dict:
-        if file not in self.documents:
-            self.documents[file] = _parse(self.directory / file)
-        return self.documents[file]
+        return _parsed(self.directory / file)
 
     def _target(self, file: str, pointer: str):
         node = self._document(file)
