@@ -113,7 +113,7 @@ worker: install
 
 # The app's modules compiled ahead: where PYTHONDONTWRITEBYTECODE is set (as on the machines CI
 # runs on) Python writes no .pyc, so each server and worker a test starts compiled them again,
-# a third of a second of CPU each, a few hundred times a run. compileall writes only what changed.
+# about half a second of CPU each, a few hundred times a run. compileall writes only what changed.
 bytecode: install-dev
 	$(BIN)/python -m compileall -q app.py handlers models shopapi tests/support
 
