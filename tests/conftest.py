@@ -275,12 +275,18 @@ def portal():
         yield portal
 
 
+def _on(portal, app: connexion.FlaskApp):
+    """A test client of `app` whose requests run in `portal`."""
+    client = app.test_client()
+    client.portal = portal
+    return client
+
+
 @pytest.fixture
 def client(app, portal):
     """A client with an admin's credentials: most tests are about the API, not about who may
     use it (test_security.py is)."""
-    client = app.test_client()
-    client.portal = portal
+    client = _on(portal, app)
     client.headers.update(bearer())
     return client
 
@@ -288,9 +294,7 @@ def client(app, portal):
 @pytest.fixture
 def anonymous(app, portal):
     """A client with no credentials."""
-    client = app.test_client()
-    client.portal = portal
-    return client
+    return _on(portal, app)
 
 
 @pytest.fixture
